@@ -1,0 +1,32 @@
+"""Where the factory keeps its state on disk.
+
+`FACTORY_HOME` (default: `.factory` in the checkout) holds the Iceberg catalog and warehouse, the
+Dagster instance, MLflow's store and content-addressed artifacts. It is resolved when a function
+asks for it, never at import time, so `definitions.py` loads with no environment set and a test
+can point everything at a `tmp_path`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+CHECKOUT = Path(__file__).resolve().parent.parent
+
+
+def factory_home(explicit: str | os.PathLike | None = None) -> Path:
+    """The factory's state directory: `explicit`, else `$FACTORY_HOME`, else `<checkout>/.factory`."""
+    raw = explicit or os.environ.get("FACTORY_HOME") or CHECKOUT / ".factory"
+    return Path(raw).expanduser().resolve()
+
+
+def lake_dir(home: Path) -> Path:
+    return home / "lake"
+
+
+def artifacts_dir(home: Path) -> Path:
+    return home / "artifacts"
+
+
+def dagster_home(home: Path) -> Path:
+    return home / "dagster"

@@ -1,0 +1,135 @@
+"""Catalog access: one `Lake` over a pyiceberg catalog, embedded by default, REST at scale.
+
+The embedded default is a `SqlCatalog` on sqlite with a `file://` warehouse, both under
+`$FACTORY_HOME/lake`; the same code talks to an Iceberg REST catalog on object storage when the
+config says `kind="rest"` (extra `properties` carry `s3.endpoint`, credentials, tokens). Tables are
+created from declared schemas (`factory.lake.schemas`), never inferred from whatever a writer
+happened to produce.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Callable, Literal
+
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, Field
+from pyiceberg.catalog import Catalog, load_catalog
+from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+
+from factory.home import factory_home, lake_dir
+from factory.lake.commit import CommitStamp, TableCommit, commit_with_retry
+
+
+class LakeError(RuntimeError):
+    """A lake operation failed on a named table or input."""
+
+
+class CatalogConfig(BaseModel):
+    """Which Iceberg catalog the factory talks to."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["sql", "rest"] = Field("sql", description="`sql` (embedded sqlite) or `rest`.")
+    name: str = Field("factory", description="Catalog name (appears in pyiceberg's logs).")
+    uri: str | None = Field(
+        None,
+        description="SQLAlchemy URL (sql) or REST endpoint (rest); default: sqlite under FACTORY_HOME/lake.",
+    )
+    warehouse: str | None = Field(
+        None, description="Warehouse root URL; default: file:// under FACTORY_HOME/lake/warehouse."
+    )
+    properties: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra catalog/FileIO properties, e.g. s3.endpoint, s3.access-key-id, token.",
+    )
+
+    def catalog_properties(self, home: Path) -> dict[str, str]:
+        """The property dict pyiceberg's `load_catalog` takes, with embedded defaults filled in."""
+        props = {"type": self.kind, **self.properties}
+        if self.kind == "sql":
+            root = lake_dir(home)
+            props["uri"] = self.uri or f"sqlite:///{root / 'catalog.db'}"
+            props["warehouse"] = self.warehouse or (root / "warehouse").as_uri()
+        else:
+            if not self.uri:
+                raise LakeError("catalog config: kind='rest' needs `uri` (the REST endpoint)")
+            props["uri"] = self.uri
+            if self.warehouse:
+                props["warehouse"] = self.warehouse
+        return props
+
+
+class Lake:
+    """A catalog plus the factory's conventions: declared schemas, stamped commits, lineage."""
+
+    def __init__(self, catalog: Catalog, home: Path):
+        self.catalog = catalog
+        self.home = home
+
+    @classmethod
+    def open(cls, config: CatalogConfig | None = None, home: str | Path | None = None) -> "Lake":
+        config = config or CatalogConfig()
+        home_path = factory_home(home)
+        if config.kind == "sql" and config.uri is None:
+            (lake_dir(home_path) / "warehouse").mkdir(parents=True, exist_ok=True)
+        return cls(load_catalog(config.name, **config.catalog_properties(home_path)), home_path)
+
+    # -- tables ---------------------------------------------------------------------------------
+    def table(self, name: str) -> Table:
+        """Load `namespace.table`, or fail saying which table is missing."""
+        try:
+            return self.catalog.load_table(name)
+        except NoSuchTableError:
+            raise LakeError(f"table {name} does not exist in the lake (materialize its asset first)") from None
+
+    def has_table(self, name: str) -> bool:
+        return self.catalog.table_exists(name)
+
+    def ensure_table(self, name: str, schema: Schema) -> Table:
+        """Create `name` with the declared `schema` if it is missing (namespace too)."""
+        namespace = name.rsplit(".", 1)[0]
+        self.catalog.create_namespace_if_not_exists(namespace)
+        return self.catalog.create_table_if_not_exists(name, schema=schema)
+
+    def tables(self) -> list[str]:
+        """Every `namespace.table` in the catalog, sorted."""
+        names = []
+        for ns in self.catalog.list_namespaces():
+            names += [".".join(ident) for ident in self.catalog.list_tables(ns)]
+        return sorted(names)
+
+    def current_snapshot_id(self, name: str) -> int | None:
+        snapshot = self.table(name).current_snapshot()
+        return snapshot.snapshot_id if snapshot else None
+
+    # -- writes ---------------------------------------------------------------------------------
+    def commit(
+        self,
+        name: str,
+        data: pa.Table,
+        stamp: CommitStamp,
+        *,
+        mode: Literal["append", "overwrite"] = "append",
+        schema: Schema | None = None,
+        on_files_written: Callable[[], None] | None = None,
+    ) -> TableCommit:
+        """Write `data` to `name` as one atomic, stamped snapshot (retrying concurrent commits).
+
+        `schema` creates the table when it is missing. `on_files_written` runs after the data
+        files are written and before the metadata commit — the moment a crash must not matter.
+        """
+        if schema is not None:
+            self.ensure_table(name, schema)
+        return commit_with_retry(
+            functools.partial(self.table, name), name, data, stamp, mode=mode, on_files_written=on_files_written
+        )
+
+    @functools.cached_property
+    def lineage(self):
+        from factory.lake.lineage import LineageStore
+
+        return LineageStore(self)

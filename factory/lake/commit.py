@@ -1,0 +1,144 @@
+"""The one commit path: stamped, atomic, retried.
+
+Every write to the lake goes through `commit_with_retry`, which
+
+1. stamps the snapshot summary with where the data came from (asset key, partition, Dagster run
+   id, code version, environment lock, config hash, upstream snapshot ids), so a snapshot explains
+   itself even without the lineage table;
+2. writes the data files, then commits the metadata in one step — a crash before the metadata
+   commit leaves the table at its previous snapshot (the written files are orphans, never data);
+3. reloads the table and tries again with bounded, jittered backoff when another writer committed
+   first (`CommitFailedException`). pyiceberg does not retry by itself, and a sqlite catalog also
+   reports "database is locked" under contention, which is retried the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from typing import Callable, Literal
+
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, Field
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.table import Table
+from sqlalchemy.exc import OperationalError
+
+from factory.version import code_version, env_lock_hash
+
+log = logging.getLogger(__name__)
+
+PREFIX = "factory."
+MAX_ATTEMPTS = 12
+BASE_DELAY_S = 0.05
+MAX_DELAY_S = 2.0
+
+
+class CommitStamp(BaseModel):
+    """Where a snapshot came from; written into its Iceberg summary properties."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    asset_key: str = Field(description="Dagster asset key path joined by '/', or the CLI entry point.")
+    config_hash: str = Field(description="`factory.version.config_hash` of the producing config.")
+    run_id: str = Field("", description="Dagster run id; empty outside Dagster.")
+    partition: str = Field("", description="Partition key; empty when unpartitioned.")
+    upstream: dict[str, int] = Field(
+        default_factory=dict, description="Upstream table name -> snapshot id read."
+    )
+    content_hash: str = Field("", description="Hash of what was written, when the writer knows it.")
+    code_version: str = Field(default_factory=code_version, description="git SHA (+ '-dirty').")
+    env_lock: str = Field(default_factory=env_lock_hash, description="Installed-packages hash.")
+
+    def properties(self) -> dict[str, str]:
+        """Summary properties, all strings, under the `factory.` prefix."""
+        return {
+            f"{PREFIX}asset-key": self.asset_key,
+            f"{PREFIX}partition": self.partition,
+            f"{PREFIX}run-id": self.run_id,
+            f"{PREFIX}code-version": self.code_version,
+            f"{PREFIX}env-lock": self.env_lock,
+            f"{PREFIX}config-hash": self.config_hash,
+            f"{PREFIX}upstream-snapshots": json.dumps(self.upstream, sort_keys=True),
+            f"{PREFIX}content-hash": self.content_hash,
+        }
+
+
+class TableCommit(BaseModel):
+    """The outcome of one commit: a reference other assets can pin."""
+
+    model_config = ConfigDict(frozen=True)
+
+    table: str
+    snapshot_id: int | None
+    previous_snapshot_id: int | None
+    rows: int
+    attempts: int
+    committed: bool = True
+
+
+def stamp_of(table: Table, snapshot_id: int | None = None) -> dict[str, str]:
+    """The `factory.*` properties of a snapshot (the current one by default)."""
+    snapshot = table.snapshot_by_id(snapshot_id) if snapshot_id else table.current_snapshot()
+    if snapshot is None or snapshot.summary is None:
+        return {}
+    extra = snapshot.summary.additional_properties  # dict(summary.items()) crashes in 0.11
+    return {k[len(PREFIX):]: v for k, v in extra.items() if k.startswith(PREFIX)}
+
+
+def commit_with_retry(
+    load_table: Callable[[], Table],
+    name: str,
+    data: pa.Table,
+    stamp: CommitStamp,
+    *,
+    mode: Literal["append", "overwrite"] = "append",
+    on_files_written: Callable[[], None] | None = None,
+) -> TableCommit:
+    """Commit `data` to the table `load_table()` returns, as one stamped snapshot."""
+    properties = stamp.properties()
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        table = load_table()  # fresh metadata each attempt: a retry must see the winner's commit
+        previous = table.current_snapshot()
+        data = _conform(data, table, name)
+        try:
+            with table.transaction() as tx:
+                if mode == "overwrite" and previous is not None:
+                    tx.overwrite(data, snapshot_properties=properties)
+                else:
+                    tx.append(data, snapshot_properties=properties)
+                if on_files_written is not None:
+                    on_files_written()
+        except (CommitFailedException, OperationalError) as exc:
+            if attempt == MAX_ATTEMPTS:
+                raise CommitFailedException(
+                    f"{name}: gave up after {attempt} concurrent-commit conflicts: {exc}"
+                ) from exc
+            delay = min(MAX_DELAY_S, BASE_DELAY_S * 2 ** (attempt - 1)) * (0.5 + random.random())
+            log.info("%s: commit conflict (attempt %d), retrying in %.2fs", name, attempt, delay)
+            time.sleep(delay)
+            continue
+        current = table.current_snapshot()  # the transaction refreshed `table` with our commit
+        return TableCommit(
+            table=name,
+            snapshot_id=current.snapshot_id if current else None,
+            previous_snapshot_id=previous.snapshot_id if previous else None,
+            rows=data.num_rows,
+            attempts=attempt,
+        )
+    raise AssertionError("unreachable")
+
+
+def _conform(data: pa.Table, table: Table, name: str) -> pa.Table:
+    """Cast `data` to the table's declared Arrow schema, naming the table when it does not fit."""
+    target = table.schema().as_arrow()
+    missing = [f.name for f in target if f.name not in data.column_names]
+    extra = [c for c in data.column_names if c not in target.names]
+    if missing or extra:
+        raise ValueError(f"{name}: data does not match the table schema (missing {missing}, unexpected {extra})")
+    try:
+        return data.select(target.names).cast(target)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise ValueError(f"{name}: data does not match the table schema: {exc}") from exc

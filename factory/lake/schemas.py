@@ -1,0 +1,51 @@
+"""Declared schemas of the factory's own tables.
+
+Tables are created from these, not inferred from a writer's data, so a bad writer fails loudly
+(`commit` names the table and the mismatching columns) instead of silently evolving a schema.
+Field ids are fixed here forever: Iceberg tracks columns by id, not by name.
+"""
+
+from __future__ import annotations
+
+from pyiceberg.schema import Schema
+from pyiceberg.types import (
+    ListType,
+    LongType,
+    NestedField,
+    StringType,
+    TimestamptzType,
+)
+
+RAW_DOCUMENTS = Schema(
+    NestedField(1, "doc_id", StringType(), required=True, doc="sha256 of source, path and content (24 hex)"),
+    NestedField(2, "source", StringType(), required=True, doc="source name, e.g. python_stdlib"),
+    NestedField(3, "path", StringType(), required=True, doc="path relative to the source root, or record locator"),
+    NestedField(4, "text", StringType(), required=True, doc="document text, decoded as UTF-8"),
+    NestedField(5, "language", StringType(), required=True, doc="from the file extension or the source config"),
+    NestedField(6, "bytes", LongType(), required=True, doc="UTF-8 size of text"),
+    NestedField(7, "license", StringType(), required=False, doc="license where known"),
+    NestedField(8, "content_sha256", StringType(), required=True, doc="sha256 of text"),
+    NestedField(9, "ingested_at", TimestamptzType(), required=True, doc="when this ingest read the source"),
+)
+
+LINEAGE = Schema(
+    NestedField(1, "version_id", StringType(), required=True, doc="e.g. raw.python_stdlib@<snapshot id>"),
+    NestedField(2, "kind", StringType(), required=True, doc="table_snapshot, tokenizer, mix_version, ..."),
+    NestedField(3, "name", StringType(), required=True, doc="table or artifact name"),
+    NestedField(4, "uri", StringType(), required=False, doc="table location or artifact URI"),
+    NestedField(5, "content_hash", StringType(), required=False),
+    NestedField(
+        6, "upstream", ListType(100, StringType(), element_required=True), required=True,
+        doc="version_ids this version was produced from",
+    ),
+    NestedField(7, "config_json", StringType(), required=True),
+    NestedField(8, "config_hash", StringType(), required=True),
+    NestedField(9, "code_version", StringType(), required=True),
+    NestedField(10, "env_lock", StringType(), required=True),
+    NestedField(11, "asset_key", StringType(), required=True),
+    NestedField(12, "partition", StringType(), required=True),
+    NestedField(13, "run_id", StringType(), required=True),
+    NestedField(14, "snapshot_id", LongType(), required=False),
+    NestedField(15, "metadata_json", StringType(), required=True, doc="rows, bytes, ... as JSON"),
+    NestedField(16, "created_at", TimestamptzType(), required=True),
+)
