@@ -19,6 +19,7 @@ SKIP_DIRS = ["**/__pycache__/**"]
 
 
 def python_stdlib(full: bool = False) -> DirectorySource:
+    """The running interpreter's standard-library `.py` files."""
     return DirectorySource(
         name="python_stdlib",
         root="{stdlib}",
@@ -31,6 +32,7 @@ def python_stdlib(full: bool = False) -> DirectorySource:
 
 
 def site_packages(full: bool = False) -> DirectorySource:
+    """`.py` files of the installed packages (deterministic 9,000-file sample by default)."""
     return DirectorySource(
         name="site_packages",
         root="{purelib}",
@@ -44,6 +46,7 @@ def site_packages(full: bool = False) -> DirectorySource:
 
 
 def package_docs(full: bool = False) -> PackageDocsSource:
+    """Long descriptions from installed distributions' METADATA files."""
     return PackageDocsSource(name="package_docs", root="{purelib}", min_chars=200, on_invalid="skip")
 
 
