@@ -37,8 +37,7 @@ $(DAGSTER_HOME)/dagster.yaml: configs/dagster.yaml
 	@mkdir -p $(DAGSTER_HOME) && cp $< $@
 
 demo: setup
-	$(BIN)/dagster job execute -m definitions -j demo_job \
-	  --config-json '{"loggers": {"console": {"config": {"log_level": "INFO"}}}}'
+	$(BIN)/dagster job execute -m definitions -j demo_job -c configs/demo_run.yaml
 	@$(BIN)/factory tables
 	@echo
 	@echo "Browse these runs, assets, metadata and lineage in the web UI: make ui  (http://127.0.0.1:3000)"

@@ -43,12 +43,25 @@ def _raw_asset(name: str) -> AssetsDefinition:
             source,
             asset_key=f"raw/{name}",
             run_id=context.run_id,
-            progress=lambda done, total: context.log.info(f"raw.{name}: read {done}/{total} files"),
+            progress=_every_tenth(lambda done, total: context.log.info(f"raw.{name}: read {done}/{total}")),
         )
         context.log.info(_summary(result))
         return MaterializeResult(metadata=_metadata(result, lake.lake().table(result.table).location()))
 
     return _asset
+
+
+def _every_tenth(log):
+    """Wrap a progress callback so a run log gets ~10 lines per source, not one per batch."""
+    last = [-1]
+
+    def progress(done: int, total: int) -> None:
+        tenth = 10 * done // max(total, 1)
+        if tenth != last[0]:
+            last[0] = tenth
+            log(done, total)
+
+    return progress
 
 
 def _summary(r: IngestResult) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import email.parser
 import hashlib
 import json
+import os
 import re
 import sysconfig
 from collections import Counter
@@ -190,12 +191,11 @@ def _read_directory(source: DirectorySource, report: ReadReport, progress: Progr
     include = [_glob_regex(p) for p in source.include]
     exclude = [_glob_regex(p) for p in source.exclude]
     base = base.rstrip("/")
+    pruned = [_glob_regex(p[:-3]) for p in source.exclude if p.endswith("/**")]
     candidates = []
-    for full, info in sorted(fs.find(base, detail=True, withdirs=False).items()):
-        rel = full[len(base) + 1:]
+    for rel, full, size in _list_files(fs, base, pruned):
         if not any(r.match(rel) for r in include) or any(r.match(rel) for r in exclude):
             continue
-        size = info.get("size") or 0
         if source.max_file_bytes is not None and size > source.max_file_bytes:
             report.skip("too_large", full)
             continue
@@ -217,6 +217,34 @@ def _read_directory(source: DirectorySource, report: ReadReport, progress: Progr
             yield document(source.name, rel, text, language, licenses.get(rel, source.license))
         if n % 500 == 0 or n == len(chosen):
             progress(n, len(chosen))
+
+
+def _list_files(fs, base: str, pruned: list[re.Pattern]) -> list[tuple[str, str, int]]:
+    """(relative path, full path, size) of every file under `base`, sorted by relative path.
+
+    Local roots are walked with `os.scandir`, pruning excluded directories (`dir/**` patterns)
+    before descending — the stdlib root holds a whole `site-packages` that fsspec's generic
+    `find` would stat file by file only to drop (4x slower). Other filesystems use `find`.
+    """
+    if "file" not in fs.protocol and "local" not in fs.protocol:
+        return sorted((f[len(base) + 1:], f, info.get("size") or 0)
+                      for f, info in fs.find(base, detail=True, withdirs=False).items())
+    out, stack = [], [""]
+    while stack:
+        rel_dir = stack.pop()
+        with os.scandir(os.path.join(base, rel_dir)) as entries:
+            for entry in entries:
+                rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+                if entry.is_dir(follow_symlinks=False):
+                    if not any(r.match(rel) for r in pruned):
+                        stack.append(rel)
+                else:
+                    try:
+                        size = entry.stat().st_size
+                    except OSError:  # a dangling symlink: listed, and reported when read
+                        size = 0
+                    out.append((rel, entry.path, size))
+    return sorted(out)
 
 
 def _expand(source: JsonlSource | ParquetSource) -> list[tuple[Any, str]]:
