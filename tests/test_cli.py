@@ -1,0 +1,253 @@
+"""The `factory` command line: sql, lineage, tables, ingest and doctor, on a small lake in tmp_path.
+
+These run on CPU with no server: the lake is the embedded sqlite catalog with a `file://`
+warehouse, built once per module from a tiny directory source (six files, ingested twice so the
+raw table has history), a derived `refined.tiny` snapshot and a tokenizer artifact row, so
+lineage has something upstream and downstream. Commands run in-process through
+`factory.cli.main([...])` (exit code + captured output) and once through the real console script
+in a subprocess with FACTORY_HOME set. `doctor` is checked for structure and fix hints, never for
+what this machine happens to have installed (bubblewrap may be missing).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from factory import cli, doctor
+from factory.data.ingest import ingest_source
+from factory.data.sources import DirectorySource
+from factory.lake import CommitStamp, Lake, LineageRecord
+from factory.lake.lineage import snapshot_record
+from factory.lake.schemas import RAW_DOCUMENTS
+from factory.lake.sql import query
+from factory.version import canonical_json, code_version, config_hash
+
+FILES = {
+    "a.py": "x = 1\n", "b.py": "print('b')\n", "pkg/c.py": "def c():\n    return 3\n",
+    "README.md": "# tiny\n", "docs/guide.md": "some words\n", "notes.txt": "plain text\n",
+}
+TOKENIZER_URI = "file:///artifacts/tokenizer/0123abcd4567ef89.json"
+
+
+@pytest.fixture(scope="module")
+def lake_home(tmp_path_factory) -> dict:
+    """A lake with raw.tiny (two snapshots), refined.tiny read from it, and a tokenizer row."""
+    root = tmp_path_factory.mktemp("source")
+    for rel, text in FILES.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    home = tmp_path_factory.mktemp("home")
+    lake = Lake.open(home=home)
+    source = DirectorySource(name="tiny", root=str(root), include=["**/*.py", "**/*.md", "**/*.txt"])
+    first = ingest_source(lake, source)
+    (root / "d.py").write_text("d = 4\n")
+    second = ingest_source(lake, source)
+
+    refine = {"op": "dedup"}
+    stamp = CommitStamp(asset_key="refined/tiny", config_hash=config_hash(refine),
+                        upstream={"raw.tiny": second.snapshot_id})
+    commit = lake.commit("refined.tiny", lake.table("raw.tiny").scan().to_arrow(), stamp, schema=RAW_DOCUMENTS)
+    refined = snapshot_record(commit, stamp, refine)
+    tokenizer = LineageRecord(
+        version_id="tokenizer@0123abcd4567ef89", kind="tokenizer", name="tokenizer", uri=TOKENIZER_URI,
+        content_hash="0123abcd4567ef89", upstream=[refined.version_id], config_json=canonical_json({"vocab": 512}),
+        config_hash=config_hash({"vocab": 512}), asset_key="tokenizer",
+    )
+    lake.lineage.record(refined)
+    lake.lineage.record(tokenizer)
+    languages = Counter({"python": 4, "markdown": 2, "text": 1})
+    return {"home": str(home), "first": first, "second": second, "refined": refined,
+            "tokenizer": tokenizer, "languages": languages}
+
+
+@pytest.fixture(autouse=True)
+def embedded_catalog(monkeypatch):
+    monkeypatch.delenv("FACTORY_CATALOG_URI", raising=False)
+    monkeypatch.delenv("FACTORY_WAREHOUSE", raising=False)
+
+
+def run(capsys, home: str, *args: str) -> tuple[int, str, str]:
+    code = cli.main(["--home", home, *args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+# -- sql ------------------------------------------------------------------------------------------
+def test_sql_group_by_matches_the_source(lake_home, capsys):
+    code, out, _ = run(capsys, lake_home["home"], "sql",
+                       "select language, count(*) as n from raw.tiny group by 1 order by 1", "--format", "json")
+    assert code == 0
+    assert {r["language"]: r["n"] for r in json.loads(out)} == lake_home["languages"]
+
+    code, out, _ = run(capsys, lake_home["home"], "sql", "select source, count(*) from raw.tiny group by 1")
+    assert code == 0 and "tiny" in out and "7" in out and "1 row" in out
+
+
+def test_query_returns_arrow_and_works_without_local_metadata(lake_home, monkeypatch):
+    lake = Lake.open(home=lake_home["home"])
+    sql = "select count(*) as n, sum(bytes) as b from raw.tiny"
+    expected = query(lake, sql)
+    assert isinstance(expected, pa.Table)
+    assert expected.to_pylist() == [{"n": 7, "b": lake_home["second"].bytes}]
+    # The object-storage fallback (pyiceberg scan copied into DuckDB) gives the same answer.
+    monkeypatch.setattr("factory.lake.sql.local_metadata_path", lambda location: None)
+    assert query(lake, sql).equals(expected)
+
+
+def test_sql_on_the_lineage_table(lake_home, capsys):
+    code, out, _ = run(capsys, lake_home["home"], "sql",
+                       "select kind, name from factory.lineage order by created_at", "--format", "csv")
+    assert code == 0
+    assert out.splitlines() == ["kind,name", "table_snapshot,raw.tiny", "table_snapshot,raw.tiny",
+                                "table_snapshot,refined.tiny", "tokenizer,tokenizer"]
+
+
+def test_sql_unknown_table_names_it(lake_home, capsys):
+    code, out, err = run(capsys, lake_home["home"], "sql", "select * from raw.nope")
+    assert code == 1 and out == ""
+    assert "unknown table raw.nope" in err and "raw.tiny" in err  # and lists what exists
+
+
+def test_sql_syntax_error_exits_1(lake_home, capsys):
+    code, out, err = run(capsys, lake_home["home"], "sql", "selec * frm raw.tiny")
+    assert code == 1 and out == ""
+    assert "syntax error" in err
+
+
+# -- lineage --------------------------------------------------------------------------------------
+def test_lineage_of_a_table_shows_its_current_snapshot(lake_home, capsys):
+    second, first = lake_home["second"], lake_home["first"]
+    code, out, _ = run(capsys, lake_home["home"], "lineage", "raw.tiny")
+    assert code == 0
+    for expected in ("raw/tiny", second.config_hash, code_version(), str(second.snapshot_id),
+                     f"raw.tiny@{second.snapshot_id}"):
+        assert expected in out
+    assert str(first.snapshot_id) in out  # the table's earlier snapshot, in the history
+    assert "factory.content-hash" in out and second.fingerprint in out  # Iceberg summary properties
+    assert lake_home["refined"].version_id in out and "tokenizer@0123abcd4567ef89" in out  # downstream
+
+
+def test_lineage_walks_up_from_an_artifact(lake_home, capsys):
+    code, out, _ = run(capsys, lake_home["home"], "lineage", TOKENIZER_URI, "--json")
+    assert code == 0
+    [report] = json.loads(out)
+    assert report["version"]["kind"] == "tokenizer" and report["snapshot"] is None
+    [refined] = report["upstream"]
+    assert refined["version_id"] == lake_home["refined"].version_id
+    assert [u["version_id"] for u in refined["upstream"]] == [f"raw.tiny@{lake_home['second'].snapshot_id}"]
+    # A content-hash prefix finds the same version.
+    code, out, _ = run(capsys, lake_home["home"], "lineage", "0123abcd", "--json")
+    assert code == 0 and json.loads(out)[0]["version"]["uri"] == TOKENIZER_URI
+
+
+def test_lineage_of_an_older_version_id(lake_home, capsys):
+    first = lake_home["first"]
+    code, out, _ = run(capsys, lake_home["home"], "lineage", f"raw.tiny@{first.snapshot_id}", "--json")
+    [report] = json.loads(out)
+    assert code == 0 and report["version"]["snapshot_id"] == first.snapshot_id
+    assert report["version"]["metadata"]["documents"] == 6 and report["downstream"] == []
+    # An overwrite is two Iceberg snapshots (delete, then append); the history shows all three.
+    history = [(h["operation"], h["rows"], h["current"]) for h in report["history"]]
+    assert history == [("append", 7, True), ("delete", 0, False), ("append", 6, False)]
+
+
+def test_lineage_of_a_snapshot_without_a_row_uses_its_summary(lake_home, capsys):
+    code, out, _ = run(capsys, lake_home["home"], "lineage", "factory.lineage", "--json")
+    [report] = json.loads(out)
+    assert code == 0 and report["recorded"] is False
+    assert report["version"]["asset_key"] == "factory/lineage"
+
+
+def test_lineage_unknown_ref_names_it(lake_home, capsys):
+    code, out, err = run(capsys, lake_home["home"], "lineage", "raw.nope")
+    assert code == 1 and out == ""
+    assert "raw.nope" in err and "raw.tiny" in err and "refined.tiny" in err
+    code, _, err = run(capsys, lake_home["home"], "lineage", "raw.tiny@latest")  # not a snapshot id
+    assert code == 1 and "raw.tiny@latest" in err
+
+
+# -- tables and ingest ----------------------------------------------------------------------------
+def test_tables_lists_rows_bytes_and_asset_keys(lake_home, capsys):
+    code, out, _ = run(capsys, lake_home["home"], "tables", "--json")
+    assert code == 0
+    rows = {r["table"]: r for r in json.loads(out)}
+    assert set(rows) == {"factory.lineage", "raw.tiny", "refined.tiny"}
+    assert rows["raw.tiny"]["rows"] == 7 and rows["raw.tiny"]["snapshots"] == 3
+    assert rows["raw.tiny"]["snapshot_id"] == lake_home["second"].snapshot_id
+    assert rows["refined.tiny"]["asset_key"] == "refined/tiny" and rows["factory.lineage"]["rows"] == 4
+    assert all(r["bytes"] > 0 for r in rows.values())
+    code, out, _ = run(capsys, lake_home["home"], "tables")
+    assert code == 0 and "raw.tiny" in out and "refined/tiny" in out
+
+
+def test_ingest_commits_once_then_reports_unchanged(tmp_path, monkeypatch, capsys):
+    import configs.sources
+
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "m.py").write_text("m = 1\n")
+    tiny = lambda full=False: DirectorySource(name="tiny_src", root=str(tmp_path / "src"))  # noqa: E731
+    monkeypatch.setitem(configs.sources.EMBEDDED, "tiny_src", tiny)
+    home = str(tmp_path / "home")
+    code, out, _ = run(capsys, home, "ingest", "tiny_src")
+    assert code == 0 and "raw.tiny_src" in out and "new snapshot" in out
+    code, out, _ = run(capsys, home, "ingest", "tiny_src")
+    assert code == 0 and "unchanged" in out
+    code, _, err = run(capsys, home, "ingest", "nope")
+    assert code == 1 and "nope" in err and "python_stdlib" in err
+
+
+# -- doctor ---------------------------------------------------------------------------------------
+def test_doctor_reports_every_check_with_fixes_for_failures(tmp_path, capsys):
+    checks = doctor.run_checks(tmp_path)
+    names = [c.name for c in checks]
+    for name in ("FACTORY_HOME", "python", "java (Spark)", "bubblewrap (sandbox)", "free disk", "dagster",
+                 "pyiceberg", "pyspark", "torch", "duckdb", "vllm (inference)", "duckdb iceberg extension",
+                 "lake catalog"):
+        assert name in names
+    assert all(c.status in ("ok", "warn", "fail") for c in checks)
+    assert all(c.fix for c in checks if c.status == "fail")
+    code, out, _ = run(capsys, str(tmp_path), "doctor", "--json")
+    report = json.loads(out)
+    assert [r["name"] for r in report] == names
+    assert code == (1 if any(r["status"] == "fail" for r in report) else 0)
+
+
+def test_doctor_failures_say_how_to_fix(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no java, no bwrap
+    no_bwrap = doctor.check_bwrap()
+    assert no_bwrap.status == "fail" and "apt-get install -y bubblewrap" in no_bwrap.fix
+    assert doctor.check_java().status == "fail" and "openjdk-17" in doctor.check_java().fix
+    monkeypatch.setattr(doctor, "_run", lambda cmd: 'java version "1.8.0_292"\n')
+    old = doctor.check_java()
+    assert old.status == "fail" and "JDK 8" in old.detail
+    monkeypatch.setattr(doctor, "MIN_FREE_GB", 1e9)
+    assert doctor.check_disk(tmp_path / "not" / "yet").status == "warn"
+    # Warnings do not fail the doctor; a failure does, and the table shows its fix.
+    warn = doctor.Check("free disk", "warn", "little", "free space")
+    monkeypatch.setattr(doctor, "run_checks", lambda home, config=None: [warn])
+    assert run(capsys, str(tmp_path), "doctor")[0] == 0
+    monkeypatch.setattr(doctor, "run_checks", lambda home, config=None: [warn, no_bwrap])
+    code, out, _ = run(capsys, str(tmp_path), "doctor")
+    assert code == 1 and "FAIL" in out and "apt-get install -y bubblewrap" in out
+
+
+# -- the real entry point -------------------------------------------------------------------------
+def test_console_script_in_a_subprocess(lake_home):
+    script = Path(sys.executable).parent / "factory"
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "factory.cli"]
+    env = {**os.environ, "FACTORY_HOME": lake_home["home"]}
+    env.pop("FACTORY_CATALOG_URI", None)
+    done = subprocess.run([*command, "sql", "select count(*) as n from raw.tiny", "--format", "csv"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["n", "7"]
+    done = subprocess.run([*command, "lineage", "raw.missing"], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 1 and "raw.missing" in done.stderr
