@@ -17,7 +17,8 @@ from typing import Callable
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict
 
-from factory.data.sources import Progress, ReadReport, SourceConfig, read_source
+from factory.data.readers import read_source
+from factory.data.sources import Progress, ReadReport, SourceConfig, resolve_root
 from factory.lake import CommitStamp, Lake, TableCommit
 from factory.lake.commit import stamp_of
 from factory.lake.lineage import snapshot_record
@@ -57,6 +58,13 @@ def fingerprint(docs: list[dict]) -> str:
     return h.hexdigest()[:24]
 
 
+def source_locations(source: SourceConfig) -> list[str]:
+    """Where the source was read from, placeholders resolved (the config keeps `{purelib}`)."""
+    if hasattr(source, "root"):
+        return [resolve_root(source.root)]
+    return list(source.paths)
+
+
 def ingest_source(
     lake: Lake,
     source: SourceConfig,
@@ -87,7 +95,7 @@ def ingest_source(
         snapshot_record(
             commit, stamp, source, uri=lake.table(table).location(),
             metadata={"documents": len(docs), "bytes": sum(d["bytes"] for d in docs),
-                      "skipped": dict(report.skipped)},
+                      "skipped": dict(report.skipped), "read_from": source_locations(source)},
         )
     )
     return _result(table, True, commit.snapshot_id, previous, docs, report, fp, cfg_hash, started)

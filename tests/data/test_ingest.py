@@ -15,7 +15,8 @@ import pytest
 
 from configs.sources import python_stdlib
 from factory.data.ingest import fingerprint, ingest_source, raw_table
-from factory.data.sources import DirectorySource, read_source
+from factory.data.readers import read_source
+from factory.data.sources import DirectorySource
 from factory.lake import Lake
 from factory.lake.commit import stamp_of
 from factory.lake.schemas import RAW_DOCUMENTS
@@ -70,7 +71,9 @@ def test_first_ingest_commits_table_snapshot_and_lineage(lake, source):
     assert row.config_hash == result.config_hash and row.config == source.model_dump(mode="json")
     assert row.code_version == stamp["code-version"] != ""
     assert row.content_hash == result.fingerprint and row.uri == table.location()
-    assert row.metadata == {"documents": 3, "bytes": result.bytes, "skipped": {}}
+    assert row.metadata == {
+        "documents": 3, "bytes": result.bytes, "skipped": {}, "read_from": [source.root]
+    }
 
 
 def test_doc_ids_are_stable_across_ingests_and_lakes(tmp_path, source):

@@ -21,6 +21,7 @@ import pytest
 
 from configs import sources as embedded
 from factory.data.ingest import ingest_source
+from factory.data.readers import read_source
 from factory.data.sources import (
     DirectorySource,
     JsonlSource,
@@ -28,7 +29,6 @@ from factory.data.sources import (
     ParquetSource,
     SourceConfig,
     SourceError,
-    read_source,
 )
 
 LONG_README = "# foo\n\n" + "Foo does one thing well and explains it at length. " * 6
@@ -393,7 +393,7 @@ def test_skips_reach_the_ingest_result_and_lineage(lake, tmp_path):
     assert result.skipped == {"invalid_utf8": 1}
     assert result.skipped_examples == {"invalid_utf8": [str(root / "b.py")]}
     [row] = lake.lineage.records()
-    assert row.metadata == {"documents": 1, "bytes": 6, "skipped": {"invalid_utf8": 1}}
+    assert row.metadata == {"documents": 1, "bytes": 6, "skipped": {"invalid_utf8": 1}, "read_from": [str(root)]}
 
 
 # -- configs -------------------------------------------------------------------------------------
