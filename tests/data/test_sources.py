@@ -435,3 +435,31 @@ def test_unknown_embedded_source_lists_the_known_ones():
     known = "python_stdlib, site_packages, package_docs"
     with pytest.raises(KeyError, match=f"unknown source 'nope'; embedded sources: {known}"):
         embedded.embedded_source("nope")
+
+
+def test_fsspec_urls_read_like_local_paths(tmp_path):
+    """Roots and paths may be fsspec URLs: `file://` takes the local walker, `memory://` the
+    generic `find`/`glob` path that object stores use too."""
+    import fsspec
+
+    root = tmp_path / "repo"
+    write(root / "a.py", "A = 1\n")
+    write(root / "sub" / "b.py", "B = 2\n")
+    local = read_source(DirectorySource(name="u", root=str(root)))[0]
+    via_url = read_source(DirectorySource(name="u", root=root.as_uri()))[0]
+    assert [d["doc_id"] for d in via_url] == [d["doc_id"] for d in local]
+    assert [d["path"] for d in via_url] == ["a.py", "sub/b.py"]
+
+    mem = fsspec.filesystem("memory")
+    mem.pipe("/factory-test/src/x.py", b"X = 1\n")
+    mem.pipe("/factory-test/src/pkg/y.py", b"Y = 2\n")
+    mem.pipe("/factory-test/data/part-0.jsonl", b'{"text": "one"}\n{"text": "two"}\n')
+    try:
+        docs, _ = read_source(DirectorySource(name="m", root="memory://factory-test/src"))
+        assert [(d["path"], d["text"]) for d in docs] == [("pkg/y.py", "Y = 2\n"), ("x.py", "X = 1\n")]
+        docs, _ = read_source(JsonlSource(name="m", paths=["memory://factory-test/data/*.jsonl"]))
+        assert [d["text"] for d in docs] == ["one", "two"]
+        with pytest.raises(SourceError, match="memory://factory-test/nothing/\\*.jsonl: no such file"):
+            read_source(JsonlSource(name="m", paths=["memory://factory-test/nothing/*.jsonl"]))
+    finally:
+        mem.rm("/factory-test", recursive=True)
