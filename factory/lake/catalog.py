@@ -22,6 +22,7 @@ from pyiceberg.table import Table
 
 from factory.home import factory_home, lake_dir
 from factory.lake.commit import CommitStamp, TableCommit, commit_with_retry
+from factory.lake.lineage import LineageStore
 
 
 class LakeError(RuntimeError):
@@ -133,7 +134,6 @@ class Lake:
         )
 
     @functools.cached_property
-    def lineage(self):
-        from factory.lake.lineage import LineageStore
-
+    def lineage(self) -> LineageStore:
+        """The `factory.lineage` table of this lake."""
         return LineageStore(self)
