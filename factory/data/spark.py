@@ -10,6 +10,7 @@ lake's commit path (`DataFrame.toArrow()`) or write Parquet for `add_files`.
 from __future__ import annotations
 
 import os
+import sys
 
 LOCAL_DEFAULTS = {
     "spark.ui.enabled": "false",
@@ -17,6 +18,12 @@ LOCAL_DEFAULTS = {
     "spark.sql.session.timeZone": "UTC",
     "spark.driver.memory": "4g",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
+}
+# Wherever Spark runs: Parquet timestamps Iceberg can register (micros, UTC-adjusted), and
+# Arrow batches small enough that a few huge documents do not blow a Python worker's memory.
+ALWAYS = {
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    "spark.sql.execution.arrow.maxRecordsPerBatch": "1000",
 }
 
 
@@ -34,9 +41,11 @@ def spark_session(master: str = "local[*]", app_name: str = "model-factory", con
         if running != master:
             raise RuntimeError(f"a SparkSession for master {running!r} is already running; asked for {master!r}")
         return active
-    settings = dict(LOCAL_DEFAULTS) if master.startswith("local") else {}
+    settings = {**ALWAYS, **(LOCAL_DEFAULTS if master.startswith("local") else {})}
     settings.update(conf or {})
     if master.startswith("local"):
+        # Python workers must run this interpreter (the venv), not whatever `python3` PATH finds.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         settings.setdefault("spark.driver.host", "127.0.0.1")
         settings.setdefault("spark.driver.bindAddress", "127.0.0.1")

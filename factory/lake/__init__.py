@@ -5,7 +5,7 @@ into a table; `LineageStore` reads and writes `factory.lineage`.
 """
 
 from factory.lake.catalog import CatalogConfig, Lake, LakeError
-from factory.lake.commit import CommitStamp, TableCommit
+from factory.lake.commit import CommitStamp, ParquetFiles, TableCommit
 from factory.lake.lineage import LineageRecord, LineageStore
 
 __all__ = [
@@ -15,5 +15,6 @@ __all__ = [
     "LakeError",
     "LineageRecord",
     "LineageStore",
+    "ParquetFiles",
     "TableCommit",
 ]

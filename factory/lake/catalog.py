@@ -10,6 +10,7 @@ happened to produce.
 from __future__ import annotations
 
 import functools
+import uuid
 from pathlib import Path
 from typing import Callable, Literal
 
@@ -17,11 +18,12 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.expressions import BooleanExpression
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 from factory.home import factory_home, lake_dir
-from factory.lake.commit import CommitStamp, TableCommit, commit_with_retry
+from factory.lake.commit import CommitStamp, ParquetFiles, TableCommit, commit_with_retry
 from factory.lake.lineage import LineageStore
 
 
@@ -115,23 +117,31 @@ class Lake:
     def commit(
         self,
         name: str,
-        data: pa.Table,
+        data: pa.Table | ParquetFiles,
         stamp: CommitStamp,
         *,
         mode: Literal["append", "overwrite"] = "append",
+        overwrite_filter: BooleanExpression | None = None,
         schema: Schema | None = None,
         on_files_written: Callable[[], None] | None = None,
     ) -> TableCommit:
         """Write `data` to `name` as one atomic, stamped snapshot (retrying concurrent commits).
 
-        `schema` creates the table when it is missing. `on_files_written` runs after the data
-        files are written and before the metadata commit — the moment a crash must not matter.
+        `schema` creates the table when it is missing. `overwrite_filter` limits an overwrite to
+        matching rows. `on_files_written` runs after the data files are written and before the
+        metadata commit — the moment a crash must not matter.
         """
         if schema is not None:
             self.ensure_table(name, schema)
         return commit_with_retry(
-            functools.partial(self.table, name), name, data, stamp, mode=mode, on_files_written=on_files_written
+            functools.partial(self.table, name), name, data, stamp, mode=mode,
+            overwrite_filter=overwrite_filter, on_files_written=on_files_written,
         )
+
+    def staging_uri(self, name: str) -> str:
+        """A fresh directory under the table's data location for files an engine writes before
+        they are registered (`ParquetFiles`); unregistered leftovers are orphans, never data."""
+        return f"{self.table(name).location()}/data/staged-{uuid.uuid4().hex}"
 
     @functools.cached_property
     def lineage(self) -> LineageStore:

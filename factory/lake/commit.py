@@ -21,11 +21,13 @@ import json
 import logging
 import random
 import time
+import warnings
 from typing import Callable, Literal
 
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.expressions import AlwaysTrue, BooleanExpression
 from pyiceberg.table import Table
 from sqlalchemy.exc import OperationalError
 
@@ -82,6 +84,15 @@ class TableCommit(BaseModel):
     committed: bool = True
 
 
+class ParquetFiles(BaseModel):
+    """Parquet files written in a table's schema, to be registered in one commit."""
+
+    model_config = ConfigDict(frozen=True)
+
+    paths: list[str] = Field(description="Absolute URIs of the files.")
+    rows: int = Field(description="Rows across the files (for the commit record).")
+
+
 def stamp_of(table: Table, snapshot_id: int | None = None) -> dict[str, str]:
     """The `factory.*` properties of a snapshot (the current one by default)."""
     snapshot = table.snapshot_by_id(snapshot_id) if snapshot_id else table.current_snapshot()
@@ -94,14 +105,21 @@ def stamp_of(table: Table, snapshot_id: int | None = None) -> dict[str, str]:
 def commit_with_retry(
     load_table: Callable[[], Table],
     name: str,
-    data: pa.Table,
+    data: pa.Table | ParquetFiles,
     stamp: CommitStamp,
     *,
     mode: Literal["append", "overwrite"] = "append",
+    overwrite_filter: BooleanExpression | None = None,
     on_files_written: Callable[[], None] | None = None,
 ) -> TableCommit:
-    """Commit `data` to the table `load_table()` returns, as one stamped snapshot."""
+    """Commit `data` to the table `load_table()` returns, as one stamped snapshot.
+
+    `data` is an Arrow table (written by pyiceberg) or Parquet files already written in the
+    table's schema (by Spark executors: registered with `add_files`, never read by the driver).
+    `overwrite` replaces the rows matching `overwrite_filter` (default: all rows).
+    """
     properties = stamp.properties()
+    where = overwrite_filter if overwrite_filter is not None else AlwaysTrue()
     deadline = time.monotonic() + RETRY_FOR_S
     attempt = 0
     while True:
@@ -109,12 +127,20 @@ def commit_with_retry(
         try:
             table = load_table()  # fresh metadata each attempt: a retry must see the winner's commit
             previous = table.current_snapshot()
-            data = _conform(data, table, name)
-            with table.transaction() as tx:
-                if mode == "overwrite" and previous is not None:
-                    tx.overwrite(data, snapshot_properties=properties)
+            replace = mode == "overwrite" and previous is not None
+            with table.transaction() as tx, warnings.catch_warnings():
+                # an overwrite of rows that are not there (first write of a slice) is fine
+                warnings.filterwarnings("ignore", "Delete operation did not match any records")
+                if isinstance(data, ParquetFiles):
+                    if replace:
+                        tx.delete(where, snapshot_properties=properties)
+                    tx.add_files(data.paths, snapshot_properties=properties)
                 else:
-                    tx.append(data, snapshot_properties=properties)
+                    data = _conform(data, table, name)
+                    if replace:
+                        tx.overwrite(data, overwrite_filter=where, snapshot_properties=properties)
+                    else:
+                        tx.append(data, snapshot_properties=properties)
                 if on_files_written is not None:
                     on_files_written()
         except (CommitFailedException, OperationalError) as exc:
@@ -131,7 +157,7 @@ def commit_with_retry(
             table=name,
             snapshot_id=current.snapshot_id if current else None,
             previous_snapshot_id=previous.snapshot_id if previous else None,
-            rows=data.num_rows,
+            rows=data.rows if isinstance(data, ParquetFiles) else data.num_rows,
             attempts=attempt,
         )
 

@@ -49,3 +49,32 @@ LINEAGE = Schema(
     NestedField(15, "metadata_json", StringType(), required=True, doc="rows, bytes, ... as JSON"),
     NestedField(16, "created_at", TimestamptzType(), required=True),
 )
+
+# Staged and refined documents: raw columns plus the content kind and redaction counts. Fields are
+# optional because Spark executors write these files (registered with add_files), and Spark
+# writes every Parquet column as optional.
+REFINED_DOCUMENTS = Schema(
+    NestedField(1, "doc_id", StringType(), required=False),
+    NestedField(2, "source", StringType(), required=False),
+    NestedField(3, "path", StringType(), required=False),
+    NestedField(4, "text", StringType(), required=False, doc="normalized (and, after redaction, redacted) text"),
+    NestedField(5, "language", StringType(), required=False),
+    NestedField(6, "kind", StringType(), required=False, doc="code or prose"),
+    NestedField(7, "bytes", LongType(), required=False),
+    NestedField(8, "license", StringType(), required=False),
+    NestedField(9, "content_sha256", StringType(), required=False, doc="sha256 of text"),
+    NestedField(10, "ingested_at", TimestamptzType(), required=False),
+    NestedField(11, "redactions", StringType(), required=False, doc='JSON counts per kind, e.g. {"email": 2}'),
+)
+
+# Every document a refinement step dropped, with the step and the reason: auditable and queryable.
+EXCLUSIONS = Schema(
+    NestedField(1, "source", StringType(), required=False),
+    NestedField(2, "step", StringType(), required=False, doc="normalize, exact_dedup, near_dedup, ..."),
+    NestedField(3, "reason", StringType(), required=False, doc="one reason per rule"),
+    NestedField(4, "detail", StringType(), required=False, doc="measured value, duplicate of, matched task"),
+    NestedField(5, "doc_id", StringType(), required=False),
+    NestedField(6, "path", StringType(), required=False),
+    NestedField(7, "bytes", LongType(), required=False),
+    NestedField(8, "text", StringType(), required=False),
+)

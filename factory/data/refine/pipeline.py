@@ -1,0 +1,185 @@
+"""Run one refinement step of a source: read the pinned input, label, write, account, record.
+
+`run_step` is what the `staged/...` and `refined/...` assets call. It reads the previous step's
+table at its current snapshot (pinned in the stamp and lineage), applies the step, and commits
+
+1. the kept rows to the step's table — Parquet written by the Spark executors into the table's
+   data directory, then registered with one stamped `add_files` commit (the driver never holds
+   the corpus);
+2. the dropped rows to `refined.exclusions`, replacing that (source, step)'s previous drops, so
+   "what did near dedup remove from site_packages?" is one `factory sql` query;
+
+then a lineage row for the step's snapshot. Counts (rows and bytes in/out, drops by reason,
+redactions by kind) come from one aggregation over the labelled rows.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+
+import fsspec
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict
+from pyiceberg.expressions import And, EqualTo
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from factory.data.refine.config import STEP_OUTPUT, RefineConfig
+from factory.data.refine.steps import STEPS, split
+from factory.lake import CommitStamp, Lake, LakeError, ParquetFiles
+from factory.lake.lineage import snapshot_record
+from factory.lake.schemas import EXCLUSIONS, REFINED_DOCUMENTS
+from factory.version import config_hash
+
+EXCLUSIONS_TABLE = "refined.exclusions"
+
+
+class StepReport(BaseModel):
+    """What one step did to one source."""
+
+    model_config = ConfigDict(frozen=True)
+
+    source: str
+    step: str
+    input_table: str
+    input_snapshot_id: int
+    table: str
+    snapshot_id: int | None
+    rows_in: int
+    rows_out: int
+    bytes_in: int
+    bytes_out: int
+    dropped: dict[str, int]
+    dropped_bytes: dict[str, int]
+    redactions: dict[str, int]
+    exclusions_snapshot_id: int | None
+    seconds: float
+
+
+def read_documents(spark: SparkSession, lake: Lake, table: str, snapshot_id: int) -> DataFrame:
+    """The table at `snapshot_id` as a Spark DataFrame, read from its data files in place."""
+    tasks = list(lake.table(table).scan(snapshot_id=snapshot_id).plan_files())
+    if any(t.delete_files for t in tasks):
+        raise LakeError(f"{table}@{snapshot_id} has delete files, which this reader does not apply")
+    paths = [t.file.file_path for t in tasks]
+    if not paths:
+        schema = lake.table(table).schema().as_arrow()
+        return spark.createDataFrame([], _spark_ddl(schema))
+    return spark.read.parquet(*paths)
+
+
+def _spark_ddl(schema: pa.Schema) -> str:
+    names = {pa.string(): "string", pa.large_string(): "string", pa.int64(): "long"}
+    return ", ".join(f"{f.name} {names.get(f.type, 'timestamp')}" for f in schema)
+
+
+def write_parquet(lake: Lake, table: str, df: DataFrame, columns: list[str]) -> ParquetFiles | pa.Table:
+    """Write `df` as Parquet under the table's data directory, for a one-commit `add_files`."""
+    uri = lake.staging_uri(table)
+    df.select(*columns).write.mode("error").parquet(uri)
+    fs, path = fsspec.core.url_to_fs(uri)
+    files = sorted(fs.glob(f"{path}/*.parquet"))
+    if not files:
+        return pa.Table.from_pylist([], schema=lake.table(table).schema().as_arrow())
+    return ParquetFiles(paths=[fs.unstrip_protocol(f) for f in files], rows=-1)
+
+
+def run_step(
+    spark: SparkSession,
+    lake: Lake,
+    pipeline: RefineConfig,
+    index: int,
+    *,
+    run_id: str = "",
+    log: Callable[[str], None] = lambda message: None,
+) -> StepReport:
+    """Run step `index` of `pipeline` over the current snapshot of its input table."""
+    started = time.perf_counter()
+    step = pipeline.steps[index]
+    source, input_table, table = pipeline.source, pipeline.table(index - 1), pipeline.table(index)
+    if not lake.has_table(input_table) or lake.current_snapshot_id(input_table) is None:
+        raise LakeError(f"{step.kind} of {source}: input table {input_table} does not exist or is empty "
+                        f"(materialize its asset first)")
+    snapshot = lake.current_snapshot_id(input_table)
+    upstream = {input_table: snapshot}
+    df = read_documents(spark, lake, input_table, snapshot)
+    others = None
+    for other in getattr(step, "across_sources", []):
+        other_table = f"staged.{other}_{STEP_OUTPUT['normalize']}"
+        if not lake.has_table(other_table) or lake.current_snapshot_id(other_table) is None:
+            raise LakeError(f"exact_dedup.across_sources of {source}: {other_table} does not exist "
+                            f"(materialize staged/{other}_normalized first)")
+        upstream[other_table] = lake.current_snapshot_id(other_table)
+        frame = read_documents(spark, lake, other_table, upstream[other_table])
+        others = frame if others is None else others.unionByName(frame)
+
+    log(f"{source}: {step.kind} over {input_table}@{snapshot}")
+    labelled = STEPS[step.kind](df, step, others).persist()
+    try:
+        stats = _stats(labelled, count_redactions=step.kind == "redact")
+        kept, dropped = split(labelled)
+        stamp = CommitStamp(asset_key=table.replace(".", "/"), config_hash=config_hash(step), run_id=run_id,
+                            upstream=upstream)
+        lake.ensure_table(table, REFINED_DOCUMENTS)
+        commit = lake.commit(
+            table, _with_rows(write_parquet(lake, table, kept, list(REFINED_DOCUMENTS.as_arrow().names)),
+                              stats["rows_out"]),
+            stamp, mode="overwrite",
+        )
+        lake.ensure_table(EXCLUSIONS_TABLE, EXCLUSIONS)
+        excluded = dropped.select(
+            "source", F.lit(step.kind).alias("step"), F.col("drop_reason").alias("reason"),
+            F.col("drop_detail").alias("detail"), "doc_id", "path", "bytes", "text",
+        )
+        exclusions = lake.commit(
+            EXCLUSIONS_TABLE,
+            _with_rows(write_parquet(lake, EXCLUSIONS_TABLE, excluded, list(EXCLUSIONS.as_arrow().names)),
+                       stats["rows_dropped"]),
+            stamp.model_copy(update={"asset_key": f"{table.replace('.', '/')}:exclusions"}),
+            mode="overwrite", overwrite_filter=And(EqualTo("source", source), EqualTo("step", step.kind)),
+        )
+    finally:
+        labelled.unpersist()
+
+    report = StepReport(
+        source=source, step=step.kind, input_table=input_table, input_snapshot_id=snapshot, table=table,
+        snapshot_id=commit.snapshot_id, exclusions_snapshot_id=exclusions.snapshot_id,
+        seconds=round(time.perf_counter() - started, 2), **{k: v for k, v in stats.items() if k != "rows_dropped"},
+    )
+    lake.lineage.record(snapshot_record(
+        commit, stamp, step, uri=lake.table(table).location(),
+        metadata=report.model_dump(include={"rows_in", "rows_out", "bytes_in", "bytes_out", "dropped",
+                                            "redactions", "exclusions_snapshot_id", "seconds"}),
+    ))
+    log(f"{source}: {step.kind} kept {report.rows_out}/{report.rows_in}, dropped {report.dropped}")
+    return report
+
+
+def _with_rows(data: ParquetFiles | pa.Table, rows: int) -> ParquetFiles | pa.Table:
+    return data.model_copy(update={"rows": rows}) if isinstance(data, ParquetFiles) else data
+
+
+def _stats(labelled: DataFrame, count_redactions: bool) -> dict:
+    """Rows/bytes in and out, drops by reason, redactions by kind — one aggregation job."""
+    by_reason = labelled.groupBy("drop_reason").agg(
+        F.count("*").alias("rows"), F.coalesce(F.sum("bytes"), F.lit(0)).alias("bytes")
+    ).collect()
+    redactions: dict[str, int] = {}
+    rows = labelled.where(F.col("redactions") != "{}").groupBy("redactions").count().collect() if count_redactions else []
+    for row in rows:
+        for kind, n in json.loads(row["redactions"]).items():
+            redactions[kind] = redactions.get(kind, 0) + n * row["count"]
+    kept = next((r for r in by_reason if r["drop_reason"] is None), None)
+    dropped = {r["drop_reason"]: r["rows"] for r in by_reason if r["drop_reason"] is not None}
+    return {
+        "rows_in": sum(r["rows"] for r in by_reason),
+        "rows_out": kept["rows"] if kept else 0,
+        "rows_dropped": sum(dropped.values()),
+        "bytes_in": sum(r["bytes"] for r in by_reason),
+        "bytes_out": kept["bytes"] if kept else 0,
+        "dropped": dict(sorted(dropped.items())),
+        "dropped_bytes": {r["drop_reason"]: r["bytes"] for r in by_reason if r["drop_reason"] is not None},
+        "redactions": dict(sorted(redactions.items())),
+    }

@@ -1,0 +1,63 @@
+"""Secrets and PII redaction: typed placeholders, counted per kind.
+
+Known formats first (private key blocks, AWS access key ids, GitHub and Slack tokens), then
+values assigned to secret-like names (`api_key = "..."`) only when long and high-entropy — so the
+hex constants, hashes and test vectors that fill the standard library are not redacted wholesale,
+yet a real-looking `AWS_SECRET_ACCESS_KEY = "wJalr..."` is. Emails and IPv4 addresses are PII;
+loopback, unspecified and broadcast addresses are not someone's address and stay.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+
+from factory.data.refine.config import RedactConfig
+
+PATTERNS = {
+    "private_key": re.compile(
+        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----.*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----",
+        re.S,
+    ),
+    "aws_access_key": re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA)[0-9A-Z]{16}\b"),
+    "github_token": re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{50,255})\b"),
+    "slack_token": re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}\b"),
+    "secret": re.compile(
+        r"(?i)(\b[\w.-]*(?:secret|token|api_?key|apikey|passw(?:or)?d|access_?key|auth)[\w.-]*['\"]?\s*[:=]\s*)"
+        r"(['\"])([^'\"\s]+)\2"
+    ),
+    "email": re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b"),
+    "ip_address": re.compile(r"(?<![\w.])(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?![\w.])"),
+}
+PLACEHOLDER = {kind: f"<{kind.upper()}>" for kind in PATTERNS}
+NOT_PERSONAL_IPS = re.compile(r"^(?:127\.|0\.0\.0\.0$|255\.255\.255\.255$)")
+
+
+def entropy(value: str) -> float:
+    """Shannon entropy in bits per character."""
+    counts = Counter(value)
+    return -sum(c / len(value) * math.log2(c / len(value)) for c in counts.values())
+
+
+def redact(text: str, config: RedactConfig) -> tuple[str, dict[str, int]]:
+    """`text` with every enabled kind replaced by its placeholder, and the count per kind."""
+    counts: Counter = Counter()
+    for kind, pattern in PATTERNS.items():
+        if kind in config.kinds:
+            text = pattern.sub(lambda m, kind=kind: _replace(kind, m, config, counts), text)
+    return text, dict(counts)
+
+
+def _replace(kind: str, match: re.Match, config: RedactConfig, counts: Counter) -> str:
+    """The placeholder for `match` — or the match itself when it is not really a secret/PII."""
+    if kind == "secret":
+        value = match.group(3)
+        if len(value) < config.min_secret_length or entropy(value) < config.min_entropy or value.startswith("<"):
+            return match.group(0)
+        counts[kind] += 1
+        return f"{match.group(1)}{match.group(2)}{PLACEHOLDER[kind]}{match.group(2)}"
+    if kind == "ip_address" and NOT_PERSONAL_IPS.match(match.group(0)):
+        return match.group(0)
+    counts[kind] += 1
+    return PLACEHOLDER[kind]

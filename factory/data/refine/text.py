@@ -1,0 +1,107 @@
+"""Per-document text functions behind the Spark steps: pure Python + numpy, testable alone.
+
+Hashing is deterministic across processes and machines (crc32 per token, fixed 64-bit mixing):
+Python's own `hash` is salted per process and would make dedup depend on which executor ran.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+import zlib
+
+import numpy as np
+
+WORD = re.compile(r"\w+")
+MERSENNE = np.uint64((1 << 61) - 1)
+MIX = np.uint64(0x9E3779B97F4A7C15)
+CODE_LANGUAGES = {"python", "c", "cpp", "javascript", "typescript", "rust", "go", "shell", "sql", "css", "html"}
+
+
+# -- normalize -----------------------------------------------------------------------------------
+def normalize_text(text: str) -> str:
+    """NFC, `\\n` line endings, no byte-order mark."""
+    text = text.lstrip("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
+    return unicodedata.normalize("NFC", text)
+
+
+def control_fraction(text: str) -> float:
+    """Share of NUL/control characters (tab and newline excluded) and U+FFFD: binary garbage."""
+    if not text:
+        return 0.0
+    bad = sum(1 for c in text if (c < " " and c not in "\t\n\f\v") or c == "\ufffd")
+    return bad / len(text)
+
+
+def content_kind(language: str) -> str:
+    return "code" if language in CODE_LANGUAGES else "prose"
+
+
+# -- shingles and MinHash --------------------------------------------------------------------------
+def token_hashes(text: str) -> np.ndarray:
+    """crc32 of each lower-cased word token, as uint64."""
+    return np.fromiter((zlib.crc32(t.encode()) for t in WORD.findall(text.lower())), dtype=np.uint64)
+
+
+def ngram_hashes(tokens: np.ndarray, n: int) -> np.ndarray:
+    """64-bit hashes of every run of `n` consecutive token hashes (empty if fewer tokens)."""
+    count = len(tokens) - n + 1
+    if count <= 0:
+        return np.empty(0, dtype=np.uint64)
+    h = np.zeros(count, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for j in range(n):
+            h = (h ^ tokens[j : j + count]) * MIX
+            h ^= h >> np.uint64(29)
+    return h
+
+
+def permutations(count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The (a, b) of `count` hash functions h(x) = (a*x + b) mod (2^61 - 1)."""
+    rng = np.random.Generator(np.random.PCG64(seed))
+    a = rng.integers(1, 1 << 32, size=count, dtype=np.uint64)
+    b = rng.integers(0, 1 << 32, size=count, dtype=np.uint64)
+    return a, b
+
+
+def minhash(text: str, shingle_size: int, a: np.ndarray, b: np.ndarray, block: int = 4096) -> np.ndarray | None:
+    """MinHash signature over unique word shingles; None for a document without words.
+
+    A document shorter than `shingle_size` words is one shingle of all its words.
+    """
+    tokens = token_hashes(text)
+    if len(tokens) == 0:
+        return None
+    shingles = np.unique(ngram_hashes(tokens, min(shingle_size, len(tokens))) & np.uint64(0xFFFFFFFF))
+    signature = np.full(len(a), np.iinfo(np.uint64).max, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for start in range(0, len(shingles), block):  # bounded memory for huge documents
+            x = shingles[start : start + block]
+            values = (a[:, None] * x[None, :] + b[:, None]) % MERSENNE
+            np.minimum(signature, values.min(axis=1), out=signature)
+    return signature
+
+
+def band_hashes(signature: np.ndarray, bands: int, rows: int) -> list[int]:
+    """One signed 64-bit hash per band of `rows` signature values (Spark's long)."""
+    return [
+        int.from_bytes(hashlib.blake2b(signature[i * rows : (i + 1) * rows].tobytes(), digest_size=8,
+                                       person=i.to_bytes(4, "little")).digest(), "little", signed=True)
+        for i in range(bands)
+    ]
+
+
+def estimated_jaccard(sig_a: bytes, sig_b: bytes) -> float:
+    a, b = np.frombuffer(sig_a, dtype=np.uint64), np.frombuffer(sig_b, dtype=np.uint64)
+    return float(np.mean(a == b))
+
+
+def exact_jaccard(text_a: str, text_b: str, shingle_size: int) -> float:
+    """Jaccard of the two documents' shingle sets (for tests and benchmarks)."""
+    sets = []
+    for text in (text_a, text_b):
+        tokens = token_hashes(text)
+        sets.append(set(ngram_hashes(tokens, min(shingle_size, max(len(tokens), 1))).tolist()))
+    union = sets[0] | sets[1]
+    return len(sets[0] & sets[1]) / len(union) if union else 1.0
