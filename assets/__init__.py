@@ -1,10 +1,15 @@
 """Thin Dagster assets, one module per stage; asset key prefixes match Iceberg namespaces."""
 
 from assets.raw import raw_assets
+from assets.refine import refine_assets, refine_checks
 
 
 def all_assets() -> list:
-    return [*raw_assets()]
+    return [*raw_assets(), *refine_assets()]
 
 
-__all__ = ["all_assets"]
+def all_checks() -> list:
+    return [*refine_checks()]
+
+
+__all__ = ["all_assets", "all_checks"]

@@ -3,6 +3,7 @@
     factory sql "select source, count(*) from raw.python_stdlib group by 1"   # DuckDB over Iceberg
     factory lineage raw.site_packages       # a version: where it came from, what used it
     factory tables                          # every table: rows, bytes, snapshot, asset key
+    factory drops                           # per refinement step: rows kept, dropped by reason
     factory ingest python_stdlib [--full]   # the raw ingest, same entry point as the asset
     factory doctor                          # is this machine ready, and how to fix it if not
 
@@ -77,6 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.add_argument("sources", nargs="*", metavar="SOURCE", help="embedded sources (default: all)")
     ingest.add_argument("--full", action="store_true", help="lift the demo caps (the whole corpus)")
     ingest.set_defaults(run=cmd_ingest)
+
+    drops = commands.add_parser("drops", parents=[home], help="per-step refinement table: rows kept and dropped by reason")
+    drops.add_argument("--source", action="append", help="only these sources (repeatable)")
+    drops.add_argument("--json", action="store_true")
+    drops.set_defaults(run=cmd_drops)
 
     doctor = commands.add_parser("doctor", parents=[home], help="check this machine and say how to fix it")
     doctor.add_argument("--json", action="store_true")
@@ -311,6 +317,30 @@ def cmd_tables(args: argparse.Namespace, out: Console) -> int:
     for r in rows:
         table.add_row(r["table"], f"{r['rows']:,}", human_bytes(r["bytes"]), str(r["snapshot_id"] or NULL),
                       str(r["snapshots"]), r["asset_key"] or NULL)
+    out.print(table)
+    return 0
+
+
+# -- drops ------------------------------------------------------------------------------------
+def cmd_drops(args: argparse.Namespace, out: Console) -> int:
+    from configs.refine import pipelines
+    from factory.data.refine.report import drop_table
+
+    chosen = [p for name, p in pipelines().items() if not args.source or name in args.source]
+    rows = drop_table(open_lake(args), chosen)
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    if not rows:
+        out.print("no refinement step has been materialized yet (make demo, or the refine_* groups in the UI)")
+        return 0
+    table = RichTable("source", "step", "rows in", "rows out", "MB out", "dropped by reason", "redacted",
+                      caption="drops are in refined.exclusions (factory sql ... where step = '<step>')")
+    for r in rows:
+        dropped = ", ".join(f"{k} {v:,}" for k, v in r["dropped"].items()) or "-"
+        redacted = ", ".join(f"{k} {v:,}" for k, v in r["redactions"].items()) or "-"
+        table.add_row(r["source"], r["step"], f"{r['rows_in']:,}", f"{r['rows_out']:,}",
+                      f"{r['bytes_out'] / 1e6:.1f}", dropped, redacted)
     out.print(table)
     return 0
 

@@ -14,6 +14,7 @@ import sys
 
 LOCAL_DEFAULTS = {
     "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
     "spark.sql.shuffle.partitions": "8",
     "spark.sql.session.timeZone": "UTC",
     "spark.driver.memory": "4g",

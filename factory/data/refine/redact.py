@@ -3,12 +3,17 @@
 Known formats first (private key blocks, AWS access key ids, GitHub and Slack tokens), then
 values assigned to secret-like names (`api_key = "..."`) only when long and high-entropy — so the
 hex constants, hashes and test vectors that fill the standard library are not redacted wholesale,
-yet a real-looking `AWS_SECRET_ACCESS_KEY = "wJalr..."` is. Emails and IPv4 addresses are PII;
-loopback, unspecified and broadcast addresses are not someone's address and stay.
+yet a real-looking `AWS_SECRET_ACCESS_KEY = "wJalr..."` is; a value without a digit is a name, a
+word or a path (`token_type = 'bare-quoted-string'`), not a generated secret. Emails and public
+IPv4 addresses are PII. Private, loopback, documentation (192.0.2.0/24), multicast and reserved
+addresses and netmasks are nobody's address and stay (`ipaddress.is_global`, as BigCode's PII
+pipeline does), and so do single-digit quads (`1.0.0.0`, "section 3.4.1.2"): versions and
+section numbers — or a public resolver like 8.8.8.8, no one's personal address either.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import re
 from collections import Counter
@@ -31,7 +36,6 @@ PATTERNS = {
     "ip_address": re.compile(r"(?<![\w.])(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?![\w.])"),
 }
 PLACEHOLDER = {kind: f"<{kind.upper()}>" for kind in PATTERNS}
-NOT_PERSONAL_IPS = re.compile(r"^(?:127\.|0\.0\.0\.0$|255\.255\.255\.255$)")
 
 
 def entropy(value: str) -> float:
@@ -53,11 +57,14 @@ def _replace(kind: str, match: re.Match, config: RedactConfig, counts: Counter) 
     """The placeholder for `match` — or the match itself when it is not really a secret/PII."""
     if kind == "secret":
         value = match.group(3)
-        if len(value) < config.min_secret_length or entropy(value) < config.min_entropy or value.startswith("<"):
+        if (len(value) < config.min_secret_length or entropy(value) < config.min_entropy
+                or value.startswith("<") or not any(c.isdigit() for c in value)):
             return match.group(0)
         counts[kind] += 1
         return f"{match.group(1)}{match.group(2)}{PLACEHOLDER[kind]}{match.group(2)}"
-    if kind == "ip_address" and NOT_PERSONAL_IPS.match(match.group(0)):
-        return match.group(0)
+    if kind == "ip_address":
+        address = ipaddress.ip_address(match.group(0))
+        if len(match.group(0)) == 7 or not address.is_global or address.is_multicast:
+            return match.group(0)
     counts[kind] += 1
     return PLACEHOLDER[kind]

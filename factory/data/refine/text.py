@@ -58,10 +58,15 @@ def ngram_hashes(tokens: np.ndarray, n: int) -> np.ndarray:
 
 
 def permutations(count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """The (a, b) of `count` hash functions h(x) = (a*x + b) mod (2^61 - 1)."""
+    """The (a, b) of `count` hash functions h(x) = ((a*x + b) mod 2^64) mod (2^61 - 1), as datasketch.
+
+    a and b span [0, 2^61): with a, x < 2^32 (a*x < 8p) the modulus wrapped at most 8 times, so
+    the minimum fell on one of a few small shingles for most functions (~10 distinct argmins in
+    126) and the Jaccard estimate had 4x the standard error of independent permutations.
+    """
     rng = np.random.Generator(np.random.PCG64(seed))
-    a = rng.integers(1, 1 << 32, size=count, dtype=np.uint64)
-    b = rng.integers(0, 1 << 32, size=count, dtype=np.uint64)
+    a = rng.integers(1, MERSENNE, size=count, dtype=np.uint64)
+    b = rng.integers(0, MERSENNE, size=count, dtype=np.uint64)
     return a, b
 
 
