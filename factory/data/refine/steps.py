@@ -118,34 +118,42 @@ def candidate_pairs(sigs: DataFrame, config: NearDedupConfig) -> DataFrame:
         .agg(F.sort_array(F.collect_list("doc_id")).alias("members"))
         .where(F.size("members") > 1)
     )
-    small = (
-        buckets.where(F.size("members") <= config.max_bucket)
-        .select("members", F.posexplode("members").alias("i", "a"))
+    # One pass over the buckets (a union of two branches would aggregate them twice): a small
+    # bucket pairs each member with every later one, a large one only its first with the rest.
+    firsts = F.when(F.size("members") <= config.max_bucket, F.col("members")).otherwise(F.slice("members", 1, 1))
+    return (
+        buckets.select("members", F.posexplode(firsts).alias("i", "a"))
         .select("i", "a", F.posexplode("members").alias("j", "b"))
         .where(F.col("j") > F.col("i"))
         .select("a", "b")
+        .distinct()
     )
-    large = buckets.where(F.size("members") > config.max_bucket).select(
-        F.col("members")[0].alias("a"), F.explode(F.slice("members", 2, 1 << 30)).alias("b")
-    )
-    return small.unionByName(large).distinct()
 
 
 def connected_components(edges: DataFrame, max_iterations: int = 100) -> DataFrame:
     """(doc_id, component): each vertex of `edges` (a, b) labelled with its component's min id.
 
     Min-label propagation with a checkpoint per round (lineage stays short); rounds grow with
-    the component diameter, which near-duplicate clusters keep small.
+    the component diameter, which near-duplicate clusters keep small. A vertex starts from the
+    smallest of itself and its neighbours, and each round's aggregation also keeps the previous
+    label, so the convergence test is a scan of the checkpoint rather than another join.
     """
     both = edges.select(F.col("a").alias("src"), F.col("b").alias("dst")).unionByName(
         edges.select(F.col("b").alias("src"), F.col("a").alias("dst"))
     ).localCheckpoint()
-    labels = both.select(F.col("src").alias("v")).distinct().withColumn("label", F.col("v")).localCheckpoint()
+    labels = both.groupBy(F.col("src").alias("v")).agg(F.least(F.min("dst"), F.col("v")).alias("label"))
+    labels = labels.localCheckpoint()
     for _ in range(max_iterations):
         offered = both.join(labels, both.dst == labels.v).select(both.src.alias("v"), labels.label)
-        new = labels.unionByName(offered).groupBy("v").agg(F.min("label").alias("label")).localCheckpoint()
-        changed = new.alias("n").join(labels.alias("o"), "v").where(F.col("n.label") != F.col("o.label")).count()
-        labels = new
+        new = (
+            labels.withColumn("own", F.lit(True))
+            .unionByName(offered.withColumn("own", F.lit(False)))
+            .groupBy("v")
+            .agg(F.min("label").alias("label"), F.min(F.when(F.col("own"), F.col("label"))).alias("old"))
+            .localCheckpoint()
+        )
+        changed = new.where(F.col("label") != F.col("old")).count()
+        labels = new.select("v", "label")
         if changed == 0:
             return labels.select(F.col("v").alias("doc_id"), F.col("label").alias("component"))
     raise RuntimeError(f"connected components did not converge in {max_iterations} rounds")

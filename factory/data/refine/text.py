@@ -14,6 +14,9 @@ import zlib
 import numpy as np
 
 WORD = re.compile(r"\w+")
+# ASCII byte -> itself lower-cased if it is a word character (`\w`: letters, digits, "_"), else a space.
+ASCII_WORDS = bytes(ord(chr(c).lower()) if chr(c).isalnum() or chr(c) == "_" else ord(" ") for c in range(128))
+ASCII_WORDS += b" " * 128
 MERSENNE = np.uint64((1 << 61) - 1)
 MIX = np.uint64(0x9E3779B97F4A7C15)
 CODE_LANGUAGES = {"python", "c", "cpp", "javascript", "typescript", "rust", "go", "shell", "sql", "css", "html"}
@@ -40,8 +43,17 @@ def content_kind(language: str) -> str:
 
 # -- shingles and MinHash --------------------------------------------------------------------------
 def token_hashes(text: str) -> np.ndarray:
-    """crc32 of each lower-cased word token, as uint64."""
-    return np.fromiter((zlib.crc32(t.encode()) for t in WORD.findall(text.lower())), dtype=np.uint64)
+    """crc32 of each lower-cased word (`\\w+`) token, as uint64.
+
+    ASCII text (~90% of code) takes a path with the same tokens at 3x the speed: one
+    `bytes.translate` lower-cases letters and blanks every byte outside `[a-z0-9_]`, and `split()`
+    cuts the runs — where the regex over `str` tests Unicode classes character by character.
+    """
+    if text.isascii():
+        tokens = text.encode().translate(ASCII_WORDS).split()
+    else:
+        tokens = [t.encode() for t in WORD.findall(text.lower())]
+    return np.fromiter(map(zlib.crc32, tokens), dtype=np.uint64, count=len(tokens))
 
 
 def ngram_hashes(tokens: np.ndarray, n: int) -> np.ndarray:
@@ -70,6 +82,15 @@ def permutations(count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return a, b
 
 
+def sorted_unique(x: np.ndarray) -> np.ndarray:
+    """`np.unique(x)` without its per-call overhead (a third of the cost on small documents)."""
+    x = np.sort(x)
+    keep = np.empty(len(x), dtype=bool)
+    keep[:1] = True
+    np.not_equal(x[1:], x[:-1], out=keep[1:])
+    return x[keep]
+
+
 def minhash(text: str, shingle_size: int, a: np.ndarray, b: np.ndarray, block: int = 4096) -> np.ndarray | None:
     """MinHash signature over unique word shingles; None for a document without words.
 
@@ -78,13 +99,23 @@ def minhash(text: str, shingle_size: int, a: np.ndarray, b: np.ndarray, block: i
     tokens = token_hashes(text)
     if len(tokens) == 0:
         return None
-    shingles = np.unique(ngram_hashes(tokens, min(shingle_size, len(tokens))) & np.uint64(0xFFFFFFFF))
+    shingles = sorted_unique(ngram_hashes(tokens, min(shingle_size, len(tokens))) & np.uint64(0xFFFFFFFF))
     signature = np.full(len(a), np.iinfo(np.uint64).max, dtype=np.uint64)
     with np.errstate(over="ignore"):
         for start in range(0, len(shingles), block):  # bounded memory for huge documents
             x = shingles[start : start + block]
-            values = (a[:, None] * x[None, :] + b[:, None]) % MERSENNE
-            np.minimum(signature, values.min(axis=1), out=signature)
+            v = a[:, None] * x[None, :]
+            v += b[:, None]  # (a*x + b) mod 2^64
+            # mod p without a division (which is 60% of the cost): as 2^61 = 1 (mod p), folding the
+            # top 3 bits onto the low 61 gives v mod p, or a value in [p, p + 7] that needs one
+            # more subtraction of p. That happens with probability ~2^-58 per value; a block
+            # where it does takes the division, so the signature is exactly the same.
+            r = v & MERSENNE
+            v >>= np.uint64(61)
+            r += v
+            if r.max() >= MERSENNE:
+                r = (a[:, None] * x[None, :] + b[:, None]) % MERSENNE
+            np.minimum(signature, r.min(axis=1), out=signature)
     return signature
 
 
