@@ -174,3 +174,25 @@ def test_estimated_jaccard_tracks_exact_jaccard(replaced):
         errors.append(T.estimated_jaccard(sa.tobytes(), sb.tobytes()) - exact)
     assert max(abs(e) for e in errors) < 0.18
     assert abs(sum(errors) / len(errors)) < 0.04
+
+
+def test_division_free_mod_matches_the_reference_including_the_fallback(monkeypatch):
+    """minhash folds (a*x + b) mod 2^64 onto 61 bits instead of dividing; a block whose fold lands
+    in [p, p+7] must fall back to the division, so signatures equal the plain formula."""
+    import factory.data.refine.text as text_module
+
+    def reference(text, a, b):
+        tokens = text_module.token_hashes(text)
+        shingles = np.unique(text_module.ngram_hashes(tokens, min(5, len(tokens))) & np.uint64(0xFFFFFFFF))
+        with np.errstate(over="ignore"):
+            return ((a[:, None] * shingles[None, :] + b[:, None]) % text_module.MERSENNE).min(axis=1)
+
+    a, b = text_module.permutations(64, seed=3)
+    doc = " ".join(f"w{i % 97}" for i in range(500))
+    assert np.array_equal(text_module.minhash(doc, 5, a, b), reference(doc, a, b))
+
+    # a = 1, b = p and a shingle hash of 0 give a*x + b = p exactly: the fold yields p, not 0.
+    p = text_module.MERSENNE
+    monkeypatch.setattr(text_module, "ngram_hashes", lambda tokens, n: np.zeros(1, dtype=np.uint64))
+    edge = text_module.minhash("anything", 5, np.array([1], dtype=np.uint64), np.array([p], dtype=np.uint64))
+    assert edge.tolist() == [0]
