@@ -79,8 +79,10 @@ def ingest_source(
     table = raw_table(source.name)
     docs, report = read_source(source, progress)
     fp, cfg_hash = fingerprint(docs), config_hash(source)
-    previous = lake.current_snapshot_id(table) if lake.has_table(table) else None
-    if previous is not None and stamp_of(lake.table(table)).get("content-hash") == fp:
+    existing = lake.table(table) if lake.has_table(table) else None
+    current = existing.current_snapshot() if existing else None
+    previous = current.snapshot_id if current else None
+    if previous is not None and stamp_of(existing).get("content-hash") == fp:
         return _result(table, False, previous, previous, docs, report, fp, cfg_hash, started)
 
     now = dt.datetime.now(dt.timezone.utc)

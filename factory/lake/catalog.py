@@ -23,7 +23,12 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 from factory.home import factory_home, lake_dir
-from factory.lake.commit import CommitStamp, ParquetFiles, TableCommit, commit_with_retry
+from factory.lake.commit import (
+    CommitStamp,
+    ParquetFiles,
+    TableCommit,
+    commit_with_retry,
+)
 from factory.lake.lineage import LineageStore
 
 

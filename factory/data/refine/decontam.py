@@ -9,6 +9,7 @@ recorded. The index is small (~30k hashes for HumanEval) and is broadcast to the
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from dataclasses import dataclass
 
@@ -54,6 +55,13 @@ def eval_texts(benchmarks: list[str]) -> list[tuple[str, str]]:
 
 
 def build_index(benchmarks: list[str], n: int) -> EvalIndex:
+    """The index of `benchmarks` at n-gram length `n` (built once per process: the decontaminate
+    step and the check on its output both ask for it)."""
+    return _build_index(tuple(benchmarks), n)
+
+
+@functools.lru_cache(maxsize=8)
+def _build_index(benchmarks: tuple[str, ...], n: int) -> EvalIndex:
     pairs: dict[int, str] = {}
     for label, text in eval_texts(benchmarks):
         for h in ngram_hashes(token_hashes(text), n).tolist():

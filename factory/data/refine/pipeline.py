@@ -71,8 +71,17 @@ def read_documents(spark: SparkSession, lake: Lake, table: str, snapshot_id: int
 
 
 def _spark_ddl(schema: pa.Schema) -> str:
-    names = {pa.string(): "string", pa.large_string(): "string", pa.int64(): "long"}
-    return ", ".join(f"{f.name} {names.get(f.type, 'timestamp')}" for f in schema)
+    """Spark DDL for the document schemas' Arrow types (strings, longs, UTC timestamps)."""
+    def spark_type(t: pa.DataType) -> str:
+        if pa.types.is_string(t) or pa.types.is_large_string(t):
+            return "string"
+        if pa.types.is_int64(t):
+            return "long"
+        if pa.types.is_timestamp(t):
+            return "timestamp"
+        raise TypeError(f"no Spark type for Arrow {t}")
+
+    return ", ".join(f"{f.name} {spark_type(f.type)}" for f in schema)
 
 
 def write_parquet(lake: Lake, table: str, df: DataFrame, columns: list[str]) -> ParquetFiles | pa.Table:
@@ -99,19 +108,15 @@ def run_step(
     started = time.perf_counter()
     step = pipeline.steps[index]
     source, input_table, table = pipeline.source, pipeline.table(index - 1), pipeline.table(index)
-    if not lake.has_table(input_table) or lake.current_snapshot_id(input_table) is None:
-        raise LakeError(f"{step.kind} of {source}: input table {input_table} does not exist or is empty "
-                        f"(materialize its asset first)")
-    snapshot = lake.current_snapshot_id(input_table)
+    snapshot = _pinned(lake, input_table, f"{step.kind} of {source}: input table {input_table} does not exist "
+                       f"or is empty (materialize its asset first)")
     upstream = {input_table: snapshot}
     df = read_documents(spark, lake, input_table, snapshot)
     others = None
     for other in getattr(step, "across_sources", []):
         other_table = f"staged.{other}_{STEP_OUTPUT['normalize']}"
-        if not lake.has_table(other_table) or lake.current_snapshot_id(other_table) is None:
-            raise LakeError(f"exact_dedup.across_sources of {source}: {other_table} does not exist "
-                            f"(materialize staged/{other}_normalized first)")
-        upstream[other_table] = lake.current_snapshot_id(other_table)
+        upstream[other_table] = _pinned(lake, other_table, f"exact_dedup.across_sources of {source}: {other_table} "
+                                        f"does not exist (materialize staged/{other}_normalized first)")
         frame = read_documents(spark, lake, other_table, upstream[other_table])
         others = frame if others is None else others.unionByName(frame)
 
@@ -155,6 +160,14 @@ def run_step(
     ))
     log(f"{source}: {step.kind} kept {report.rows_out}/{report.rows_in}, dropped {report.dropped}")
     return report
+
+
+def _pinned(lake: Lake, table: str, missing: str) -> int:
+    """The current snapshot id of `table`, or LakeError(`missing`) when it has none."""
+    snapshot = lake.current_snapshot_id(table) if lake.has_table(table) else None
+    if snapshot is None:
+        raise LakeError(missing)
+    return snapshot
 
 
 def _with_rows(data: ParquetFiles | pa.Table, rows: int) -> ParquetFiles | pa.Table:
