@@ -1,11 +1,13 @@
 """Thin Dagster assets, one module per stage; asset key prefixes match Iceberg namespaces."""
 
+from assets.mix import mix
 from assets.raw import raw_assets
 from assets.refine import refine_assets, refine_checks
+from assets.tokenizer import tokenizer
 
 
 def all_assets() -> list:
-    return [*raw_assets(), *refine_assets()]
+    return [*raw_assets(), *refine_assets(), tokenizer, mix]
 
 
 def all_checks() -> list:

@@ -6,6 +6,8 @@
     factory drops                           # per refinement step: rows kept, dropped by reason
     factory ingest python_stdlib [--full]   # the raw ingest, same entry point as the asset
     factory doctor                          # is this machine ready, and how to fix it if not
+    factory mix show default                # versions of a mix: pinned snapshots, weights, tokens
+    factory mix peek default                # decode one batch exactly as training streams it
 
 `--home PATH` (before or after the command) picks the factory's state directory, else
 $FACTORY_HOME, else `<checkout>/.factory`. The catalog is the embedded one unless
@@ -46,14 +48,23 @@ def main(argv: list[str] | None = None) -> int:
     # Not a terminal (a pipe, a log, a test): no colour, and wide enough that ids are not wrapped.
     wide = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 200
     out = Console(file=sys.stdout, width=wide, highlight=False)
-    from factory.data.sources import SourceError
-    from factory.lake import LakeError
-
     try:
         return args.run(args, out)
-    except (LakeError, SourceError) as exc:
+    except Exception as exc:
+        if not _user_error(exc):
+            raise
         print(f"factory {args.command}: error: {exc}", file=sys.stderr)
         return 1
+
+
+def _user_error(exc: Exception) -> bool:
+    """Errors a user can cause get one line on stderr; anything else is a bug and keeps its traceback."""
+    from factory.data.sources import SourceError
+    from factory.lake import LakeError
+    from factory.mix import MixError
+    from factory.tokenize import TokenizerError
+
+    return isinstance(exc, (LakeError, SourceError, MixError, TokenizerError))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -93,7 +104,33 @@ def build_parser() -> argparse.ArgumentParser:
     doctor = commands.add_parser("doctor", parents=[home], help="check this machine and say how to fix it")
     doctor.add_argument("--json", action="store_true")
     doctor.set_defaults(run=cmd_doctor)
+
+    mix = commands.add_parser("mix", parents=[home], help="mix specs and versions: list, show, register, peek")
+    actions = mix.add_subparsers(dest="mix_command", required=True, metavar="ACTION")
+    actions.add_parser("list", parents=[home], help="every spec in configs/mixes and its newest version") \
+        .set_defaults(run=_mix("list"))
+    show = actions.add_parser("show", parents=[home], help="every version of a mix: pins, weights, token estimates")
+    show.add_argument("name")
+    show.add_argument("--json", action="store_true")
+    show.set_defaults(run=_mix("show"))
+    register = actions.add_parser("register", parents=[home], help="pin configs/mixes/NAME.yaml to current snapshots")
+    register.add_argument("name")
+    register.set_defaults(run=_mix("register"))
+    peek = actions.add_parser("peek", parents=[home], help="stream one batch of a version and decode it")
+    peek.add_argument("ref", help="mix name (newest version) or mix/<name>@v<N>")
+    peek.add_argument("--rows", type=int, default=2, help="rows to decode (default 2)")
+    peek.add_argument("--seed", type=int, default=0)
+    peek.set_defaults(run=_mix("peek"))
     return parser
+
+
+def _mix(action: str):
+    def run(args: argparse.Namespace, out: Console) -> int:
+        from factory.mix import commands
+
+        return getattr(commands, f"cmd_{action}")(args, out)
+
+    return run
 
 
 def open_lake(args: argparse.Namespace):

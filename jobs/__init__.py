@@ -1,6 +1,6 @@
 """Asset-selection jobs: what the UI's launch buttons, CI and schedules run."""
 
-from dagster import AssetSelection, define_asset_job
+from dagster import AssetKey, AssetSelection, define_asset_job
 
 from assets.refine import dedup_asset_keys
 
@@ -16,12 +16,26 @@ dedup_job = define_asset_job(
     description="Exact and near dedup for every source (their normalized inputs must exist).",
 )
 
-demo_job = define_asset_job(
-    "demo_job",
-    selection=AssetSelection.all(),
-    description="The main pipeline end to end on the embedded defaults (what `make demo` runs).",
+tokenize_job = define_asset_job(
+    "tokenize_job",
+    selection=AssetSelection.assets(AssetKey("tokenizer")),
+    description="Train the tokenizer on a sample of the refined tables.",
 )
 
-jobs = [ingest_job, dedup_job, demo_job]
+mix_job = define_asset_job(
+    "mix_job",
+    selection=AssetSelection.assets(AssetKey("mix")),
+    description="Register a new version of one mix (pick the mix as the partition).",
+)
 
-__all__ = ["dedup_job", "demo_job", "ingest_job", "jobs"]
+# Everything unpartitioned, in dependency order; the mix partitions run after it (`make demo`).
+demo_job = define_asset_job(
+    "demo_job",
+    selection=AssetSelection.all() - AssetSelection.assets(AssetKey("mix")),
+    description="Ingest, refine and train the tokenizer on the embedded defaults (what `make demo` runs "
+                "before registering the default mix).",
+)
+
+jobs = [ingest_job, dedup_job, tokenize_job, mix_job, demo_job]
+
+__all__ = ["dedup_job", "demo_job", "ingest_job", "jobs", "mix_job", "tokenize_job"]

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pyiceberg.schema import Schema
 from pyiceberg.types import (
+    DoubleType,
+    IntegerType,
     ListType,
     LongType,
     NestedField,
@@ -77,4 +79,27 @@ EXCLUSIONS = Schema(
     NestedField(6, "path", StringType(), required=False),
     NestedField(7, "bytes", LongType(), required=False),
     NestedField(8, "text", StringType(), required=False),
+)
+
+# One row per (mix version, stage, source): what a training run streams. `plan_json` repeats the
+# whole version (the authoritative form the loader reads); the other columns are for SQL.
+MIX_VERSIONS = Schema(
+    NestedField(1, "mix", StringType(), required=True, doc="mix name"),
+    NestedField(2, "version", IntegerType(), required=True, doc="1, 2, ... per mix"),
+    NestedField(3, "version_id", StringType(), required=True, doc="mix/<name>@v<N>"),
+    NestedField(4, "stage", IntegerType(), required=True, doc="curriculum stage; the last is the spec's weights"),
+    NestedField(5, "until_tokens", LongType(), required=False, doc="stage end in tokens; null for the last"),
+    NestedField(6, "source", StringType(), required=True, doc="namespace.table"),
+    NestedField(7, "weight", DoubleType(), required=True),
+    NestedField(8, "snapshot_id", LongType(), required=True, doc="pinned snapshot of source"),
+    NestedField(9, "rows", LongType(), required=True, doc="rows at the pinned snapshot"),
+    NestedField(10, "train_rows", LongType(), required=True, doc="rows outside the held-out split"),
+    NestedField(11, "bytes", LongType(), required=True, doc="UTF-8 bytes of the training split"),
+    NestedField(12, "token_estimate", LongType(), required=True, doc="training-split tokens (bytes / measured bytes per token)"),
+    NestedField(13, "max_epochs", DoubleType(), required=False),
+    NestedField(14, "seq_len", IntegerType(), required=True),
+    NestedField(15, "tokenizer", StringType(), required=True, doc="tokenizer version id"),
+    NestedField(16, "plan_hash", StringType(), required=True, doc="hash of the spec plus the pins"),
+    NestedField(17, "plan_json", StringType(), required=True),
+    NestedField(18, "created_at", TimestamptzType(), required=True),
 )

@@ -130,8 +130,9 @@ def test_conflicting_commit_is_retried_on_fresh_metadata(lake):
 
 
 def test_commit_gives_up_when_conflicts_outlast_the_retry_budget(lake, monkeypatch):
-    import factory.lake.commit as commit_module
     from pyiceberg.exceptions import CommitFailedException
+
+    import factory.lake.commit as commit_module
 
     first = lake.commit("t.race", rows(0), CommitStamp(asset_key="a", config_hash="h"), schema=SCHEMA)
     other = Lake.open(home=lake.home)
