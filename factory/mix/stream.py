@@ -73,7 +73,7 @@ class SourceCursor:
             raise MixError(f"source {table}@{self.src.pinned.snapshot_id} has no data files")
         state = state or {"epoch": 0, "file": 0, "batch": 0, "row": 0}
         self.epoch, self.file, self.batch, self.row = state["epoch"], state["file"], state["batch"], state["row"]
-        self._docs: list[tuple[str, np.ndarray]] | None = None  # documents of the current record batch
+        self._docs: _LazyDocs | None = None  # documents of the current record batch
         # size of that batch (rows of all shards, this shard's documents), kept in the state so the
         # epoch count is a function of the position, loaded or not
         self._record_rows, self._batch_docs = state.get("batch_size", (0, 0))
@@ -145,12 +145,34 @@ class SourceCursor:
         picked = np.flatnonzero(mine)
         rng = np.random.default_rng([self.ctx.seed, _crc(self.table), self.shard, self.epoch, self.file, self.batch])
         picked = picked[rng.permutation(len(picked))]
-        texts = record.column("text").take(picked).to_pylist()
-        eos = np.array([self.ctx.eos_id], dtype=np.int32)
-        self._docs = [(ids[i], np.concatenate([np.asarray(e.ids, dtype=np.int32), eos]))
-                      for i, e in zip(picked, self.ctx.tokenizer.encode_batch(texts, add_special_tokens=False))]
+        self._docs = _LazyDocs([ids[i] for i in picked], record.column("text").take(picked), self.ctx)
         self._batch_docs = len(self._docs)
         return True
+
+
+class _LazyDocs:
+    """A record batch's documents, tokenized a few at a time as they are reached: a shard pays
+    for what it streams (startup and a resume tokenize one chunk, not the whole batch), while
+    `encode_batch` still spreads each chunk over threads."""
+
+    CHUNK = 8
+
+    def __init__(self, ids: list[str], texts, ctx: StreamContext):
+        self.ids, self.texts, self.ctx = ids, texts, ctx
+        self.tokens: list[np.ndarray] = []
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i: int) -> tuple[str, np.ndarray]:
+        if i >= len(self.tokens):
+            # resuming mid-batch tokenizes from the position, not from the batch start
+            self.tokens += [None] * (i - len(self.tokens))
+            chunk = self.texts.slice(i, self.CHUNK).to_pylist()
+            eos = np.array([self.ctx.eos_id], dtype=np.int32)
+            self.tokens += [np.concatenate([np.asarray(e.ids, dtype=np.int32), eos])
+                            for e in self.ctx.tokenizer.encode_batch(chunk, add_special_tokens=False)]
+        return self.ids[i], self.tokens[i]
 
 
 def _crc(text: str) -> int:
