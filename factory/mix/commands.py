@@ -69,12 +69,9 @@ def cmd_peek(args, out: Console) -> int:
     from factory.mix import LoaderConfig, MixLoader
 
     lake = _lake(args)
-    loader = MixLoader(lake, args.ref, LoaderConfig(global_batch=args.rows, num_shards=1, seed=args.seed, num_workers=0))
-    try:
-        batch = loader.next_batch()
-    finally:
-        loader.close()
-    tokenizer = loader._ctx.tokenizer
+    config = LoaderConfig(global_batch=args.rows, num_shards=1, seed=args.seed, num_workers=0)
+    with MixLoader(lake, args.ref, config) as loader:
+        batch, tokenizer = loader.next_batch(), loader.tokenizer
     for i, row in enumerate(batch.tokens.tolist()):
         out.rule(f"row {i}: {batch.sources[i]}  documents {', '.join(batch.doc_ids[i])}")
         out.print(tokenizer.decode(row, skip_special_tokens=False), markup=False, highlight=False)

@@ -109,7 +109,8 @@ class MixLoader:
         state = state or {"step": 0, "tokens": 0, "history": [], "shards": {}, "base": [0, 0]}
         self.step, self.tokens, self.history = state["step"], state["tokens"], list(state["history"])
         self._base = tuple(state["base"])  # (step, tokens) when the current version took over
-        self._taken = {s: state["shards"].get(s) for s in self.shards}  # state after the last taken sequence
+        saved = {int(k): v for k, v in state["shards"].items()}  # JSON turns the keys into strings
+        self._taken = {s: saved.get(s) for s in self.shards}  # state after the last taken sequence
         self._ctx = self._context(self.version)
         self._start()
 
@@ -120,6 +121,17 @@ class MixLoader:
                 yield self.next_batch()
             except MixExhausted:
                 return
+
+    def __enter__(self) -> "MixLoader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def tokenizer(self):
+        """The version's tokenizer (a `tokenizers.Tokenizer`)."""
+        return self._ctx.tokenizer
 
     def next_batch(self) -> Batch:
         """This rank's rows for the next step (switching versions first when one is due)."""
@@ -299,8 +311,7 @@ def merge_states(states: list[dict]) -> dict:
             if s[key] != first[key]:
                 raise MixError(f"loader states disagree on {key}: {first[key]} vs {s[key]}")
     merged = copy.deepcopy(first)
-    for s in states[1:]:
-        merged["shards"].update(copy.deepcopy(s["shards"]))
+    merged["shards"] = {int(k): copy.deepcopy(v) for s in states for k, v in s["shards"].items()}
     return merged
 
 

@@ -240,7 +240,7 @@ class LogicalStream:
         return {
             "rng": copy.deepcopy(self.rng.bit_generator.state),
             "cursors": {**self.retired, **{t: c.state() for t, c in self.cursors.items()}},
-            "buffers": {t: b for t, b in self.buffers.items()},
+            "buffers": {t: b.tolist() for t, b in self.buffers.items()},  # plain ints: torch.load(weights_only)
             "carry": dict(self.carry),
             "counts": copy.deepcopy(self.counts),
             "produced": self.produced,

@@ -5,7 +5,9 @@ SparkSession and a real Iceberg catalog in tmp_path). Marked `spark` (~60-90 s).
 import pytest
 from dagster import AssetKey, DagsterInstance, materialize
 
-from assets import all_assets, all_checks
+from assets import all_checks
+from assets.raw import raw_assets
+from assets.refine import refine_assets
 from configs.refine import pipelines
 from factory.lake import Lake
 from resources import LakeResource, SparkResource
@@ -16,7 +18,7 @@ pytestmark = pytest.mark.spark
 def test_refine_chain_materializes_with_checks_and_exclusions(tmp_path):
     resources = {"lake": LakeResource(home=str(tmp_path)), "spark": SparkResource(master="local[2]")}
     raw_config = {"ops": {f"raw__{s}": {"config": {"max_documents": 60}} for s in pipelines()}}
-    result = materialize([*all_assets(), *all_checks()], resources=resources, run_config=raw_config,
+    result = materialize([*raw_assets(), *refine_assets(), *all_checks()], resources=resources, run_config=raw_config,
                          instance=DagsterInstance.ephemeral())
     assert result.success
 

@@ -53,6 +53,21 @@ def test_resume_after_k_steps_is_bit_identical(mix_lake, workers):
             assert [b.step for b in first[rank] + rest[rank]] == list(range(12))
 
 
+def test_state_survives_a_checkpoint_file(mix_lake, tmp_path):
+    """The state is plain data: torch.save / torch.load(weights_only=True) and JSON both keep it."""
+    import json
+
+    config = LoaderConfig(global_batch=8, num_shards=2, num_workers=1)
+    whole, _ = run(mix_lake, "trio", config, 6)
+    _, state = run(mix_lake, "trio", config, 3)
+    torch.save({"loader": state}, tmp_path / "ckpt.pt")
+    loaded = torch.load(tmp_path / "ckpt.pt", weights_only=True)["loader"]
+    via_json = json.loads(json.dumps(loaded))
+    for restored in (loaded, via_json):
+        rest, _ = run(mix_lake, "trio", config, 3, state=restored)
+        assert torch.equal(torch.cat([b.tokens for b in rest[0]]), torch.cat([b.tokens for b in whole[0][3:]]))
+
+
 def test_world_size_change_consumes_the_same_documents(mix_lake):
     config = LoaderConfig(global_batch=16, num_shards=4, seed=3, num_workers=1)
     whole, whole_state = run(mix_lake, "trio", config, 10, world_size=2)
