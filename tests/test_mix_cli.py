@@ -1,68 +1,44 @@
 """`factory mix list | show | register | peek` on a small lake in tmp_path, and its user errors.
 
 The lake holds refined.python_stdlib, refined.site_packages and refined.package_docs made from
-real standard-library text (code of a few packages; module docstrings as the prose source) and a
-512-token BPE trained on them with `factory.tokenize.train_tokenizer` under the name `default`,
-so the real specs in configs/mixes/ register against it. Commands run in-process through
-`factory.cli.main([...])` (exit code + captured output). Every error a user can cause exits 1
-with one line on stderr naming the problem and prints nothing on stdout.
+real standard-library text by the shared `corpus` fixture (code of a few packages; module
+docstrings as the prose source) and a 512-token BPE trained on them with
+`factory.tokenize.train_tokenizer` under the name `default`, so the real specs in configs/mixes/
+register against it. Commands run in-process through `factory.cli.main([...])` (exit code +
+captured output). Every error a user can cause exits 1 with one line on stderr naming the problem
+and prints nothing on stdout.
 
 Runs on CPU with the embedded sqlite catalog and a `file://` warehouse, no network; ~15 s.
 """
 
 from __future__ import annotations
 
-import ast
-import hashlib
 import json
-import sysconfig
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 
 from configs.mixes import mix_spec
 from factory import cli
-from factory.lake import CommitStamp, Lake
-from factory.lake.schemas import REFINED_DOCUMENTS
+from factory.lake import Lake
 from factory.mix import MIX_VERSIONS_TABLE, mix_versions, register_mix_version
 from factory.tokenize import TokenizerConfig, train_tokenizer
 
-STDLIB = Path(sysconfig.get_paths()["stdlib"])
 CODE = {"refined.python_stdlib": ["json", "email"], "refined.site_packages": ["asyncio", "concurrent"]}
 DOCS = "refined.package_docs"
 DEFAULT_WEIGHTS = {"refined.python_stdlib": 0.35, "refined.site_packages": 0.55, DOCS: 0.10}
 
 
 # -- a small refined lake of real text ------------------------------------------------------------
-def _row(table: str, path: str, text: str, kind: str) -> dict:
-    return {"doc_id": hashlib.sha256(f"{table}/{path}".encode()).hexdigest()[:24], "source": table.split(".")[1],
-            "path": path, "text": text, "language": "python" if kind == "code" else "text", "kind": kind,
-            "bytes": len(text.encode()), "content_sha256": hashlib.sha256(text.encode()).hexdigest()}
-
-
-def documents() -> dict[str, list[dict]]:
+def documents(corpus) -> dict[str, list[dict]]:
     """Table -> rows: stdlib packages' modules as code, top-level modules' docstrings as prose."""
-    tables = {table: [_row(table, str(p.relative_to(STDLIB)), p.read_text(encoding="utf-8"), "code")
-                      for package in packages for p in sorted((STDLIB / package).rglob("*.py"))
-                      if p.read_text(encoding="utf-8").strip()]
-              for table, packages in CODE.items()}
-    tables[DOCS] = []
-    for path in sorted(STDLIB.glob("*.py")):
-        try:
-            doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))
-        except (SyntaxError, UnicodeDecodeError):
-            continue
-        if doc and len(doc) >= 300 and len(tables[DOCS]) < 40:
-            tables[DOCS].append(_row(DOCS, path.name, doc, "prose"))
-    return tables
+    return {**{table: corpus.code(table, packages) for table, packages in CODE.items()}, DOCS: corpus.docstrings(DOCS)}
 
 
-def refined_lake(home: Path, *, with_tokenizer: bool = True) -> Lake:
+def refined_lake(home: Path, corpus, *, with_tokenizer: bool = True) -> Lake:
     lake = Lake.open(home=home)
-    for table, rows in documents().items():
-        lake.commit(table, pa.Table.from_pylist(rows, schema=REFINED_DOCUMENTS.as_arrow()),
-                    CommitStamp(asset_key="test", config_hash=""), schema=REFINED_DOCUMENTS)
+    for table, rows in documents(corpus).items():
+        corpus.write(lake, table, rows)
     if with_tokenizer:
         train_tokenizer(lake, TokenizerConfig(name="default", vocab_size=512, sources=[*CODE, DOCS],
                                               sample_bytes_per_source=100_000, measure_bytes_per_source=50_000))
@@ -70,10 +46,10 @@ def refined_lake(home: Path, *, with_tokenizer: bool = True) -> Lake:
 
 
 @pytest.fixture(scope="module")
-def registered_home(tmp_path_factory) -> str:
+def registered_home(tmp_path_factory, corpus) -> str:
     """The lake with mix `default` registered once (v1); read-only for the tests that use it."""
     home = tmp_path_factory.mktemp("mixhome")
-    lake = refined_lake(home)
+    lake = refined_lake(home, corpus)
     register_mix_version(lake, mix_spec("default"))
     return str(home)
 
@@ -131,7 +107,7 @@ def test_show_json_is_the_version_list(registered_home, capsys):
     assert version["tokenizer_version"].startswith("tokenizer/default@")
 
 
-def test_peek_decodes_one_row_of_real_text(registered_home, capsys):
+def test_peek_decodes_one_row_of_real_text(registered_home, capsys, corpus):
     code, out, _ = run(capsys, registered_home, "peek", "default", "--rows", "1")
     assert code == 0
     lines = out.splitlines()
@@ -139,7 +115,7 @@ def test_peek_decodes_one_row_of_real_text(registered_home, capsys):
     [rule] = [line for line in lines if "row 0: " in line]
     source = rule.split("row 0: ")[1].split()[0]
     assert source in DEFAULT_WEIGHTS
-    rows = documents()[source]
+    rows = documents(corpus)[source]
     doc_ids = {r["doc_id"] for r in rows}
     shown = rule.split("documents ")[1].strip(" ─").split(", ")
     assert shown and set(shown) <= doc_ids
@@ -150,8 +126,8 @@ def test_peek_decodes_one_row_of_real_text(registered_home, capsys):
 
 
 # -- register -------------------------------------------------------------------------------------
-def test_register_then_unchanged(tmp_path, capsys):
-    lake = refined_lake(tmp_path)
+def test_register_then_unchanged(tmp_path, capsys, corpus):
+    lake = refined_lake(tmp_path, corpus)
     code, out, _ = run(capsys, str(tmp_path), "register", "default")
     assert code == 0
     assert out.splitlines()[-1] == "mix/default@v1: registered"
@@ -176,8 +152,8 @@ def test_register_unknown_spec_names_it_and_the_known_ones(registered_home, caps
                       "no mix spec 'nope'", "code_curriculum, default")
 
 
-def test_register_before_any_tokenizer_names_the_tokenizer(tmp_path, capsys):
-    lake = refined_lake(tmp_path, with_tokenizer=False)
+def test_register_before_any_tokenizer_names_the_tokenizer(tmp_path, capsys, corpus):
+    lake = refined_lake(tmp_path, corpus, with_tokenizer=False)
     assert_user_error(*run(capsys, str(tmp_path), "register", "default"),
                       "mix default", "no tokenizer named 'default'")
     assert not lake.has_table(MIX_VERSIONS_TABLE)

@@ -287,6 +287,21 @@ class MixLoader:
         ))
 
 
+def agreed_resolver(lake: Lake, mix: str) -> Callable[[], MixVersion | None]:
+    """A `resolve` for data-parallel runs: rank 0 asks the lake, every rank gets its answer, so
+    all ranks switch versions at the same step (each asking for itself could straddle a commit)."""
+    import torch.distributed as dist
+
+    def resolve() -> MixVersion | None:
+        if not (dist.is_available() and dist.is_initialized()):
+            return latest_version(lake, mix)
+        box = [latest_version(lake, mix) if dist.get_rank() == 0 else None]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    return resolve
+
+
 def _check_layout(config: LoaderConfig, rank: int, world_size: int) -> None:
     if not 0 <= rank < world_size:
         raise MixError(f"loader: rank {rank} is outside world size {world_size}")

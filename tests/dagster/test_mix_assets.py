@@ -2,8 +2,9 @@
 
 Each test builds its own lake in tmp_path (the embedded sqlite catalog, `file://` warehouse)
 holding refined.python_stdlib, refined.site_packages and refined.package_docs made from real
-standard-library text (code from a few packages; module docstrings as the prose source), then
-materializes in process with `materialize([...])` and the real `LakeResource(home=tmp_path)`:
+standard-library text by the shared `corpus` fixture (code from a few packages; module docstrings
+as the prose source), then materializes in process with `materialize([...])` and the real
+`LakeResource(home=tmp_path)`:
 
 - `tokenizer` with a small vocabulary: its metadata, and a re-run that records nothing new;
 - `mix` partition `default`: metadata, the three blocking checks passing, an unchanged re-run
@@ -17,22 +18,16 @@ Runs on CPU, no servers, no network; about 20 seconds.
 
 from __future__ import annotations
 
-import ast
-import hashlib
-import sysconfig
 from pathlib import Path
 
-import pyarrow as pa
 from dagster import AssetKey, DagsterInstance, materialize
 from pyiceberg.expressions import EqualTo
 
 from assets import mix, tokenizer
-from factory.lake import CommitStamp, Lake
-from factory.lake.schemas import REFINED_DOCUMENTS
+from factory.lake import Lake
 from factory.mix import MIX_VERSIONS_TABLE, mix_versions
 from resources import LakeResource
 
-STDLIB = Path(sysconfig.get_paths()["stdlib"])
 CODE = {"refined.python_stdlib": ["json", "email"], "refined.site_packages": ["asyncio", "concurrent"]}
 DOCS = "refined.package_docs"
 TOKENIZER_CONFIG = {"ops": {"tokenizer": {"config": {"vocab_size": 512, "sample_bytes_per_source": 100_000}}}}
@@ -40,45 +35,11 @@ CHECKS = {"weights_sum_to_one", "pinned_snapshots_exist", "no_empty_source"}
 
 
 # -- a small refined lake of real text ------------------------------------------------------------
-def _row(table: str, path: str, text: str, kind: str) -> dict:
-    return {"doc_id": hashlib.sha256(f"{table}/{path}".encode()).hexdigest()[:24], "source": table.split(".")[1],
-            "path": path, "text": text, "language": "python" if kind == "code" else "text", "kind": kind,
-            "bytes": len(text.encode()), "content_sha256": hashlib.sha256(text.encode()).hexdigest()}
-
-
-def code_documents(table: str) -> list[dict]:
-    rows = []
-    for package in CODE[table]:
-        for path in sorted((STDLIB / package).rglob("*.py")):
-            text = path.read_text(encoding="utf-8")
-            if text.strip():
-                rows.append(_row(table, str(path.relative_to(STDLIB)), text, "code"))
-    return rows
-
-
-def docstring_documents(skip: int = 0, count: int = 40) -> list[dict]:
-    """Module docstrings (prose) of top-level stdlib modules, in name order, at least 300 chars."""
-    rows = []
-    for path in sorted(STDLIB.glob("*.py")):
-        try:
-            doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))
-        except (SyntaxError, UnicodeDecodeError):
-            continue
-        if doc and len(doc) >= 300:
-            rows.append(_row(DOCS, path.name, doc, "prose"))
-    return rows[skip:skip + count]
-
-
-def commit(lake: Lake, table: str, rows: list[dict]) -> int:
-    data = pa.Table.from_pylist(rows, schema=REFINED_DOCUMENTS.as_arrow())
-    return lake.commit(table, data, CommitStamp(asset_key="test", config_hash=""), schema=REFINED_DOCUMENTS).snapshot_id
-
-
-def refined_lake(home: Path) -> Lake:
+def refined_lake(home: Path, corpus) -> Lake:
     lake = Lake.open(home=home)
-    for table in CODE:
-        commit(lake, table, code_documents(table))
-    commit(lake, DOCS, docstring_documents())
+    for table, packages in CODE.items():
+        corpus.write(lake, table, corpus.code(table, packages))
+    corpus.write(lake, DOCS, corpus.docstrings(DOCS))
     return lake
 
 
@@ -104,8 +65,8 @@ def version_rows(lake: Lake, version_id: str) -> list[dict]:
 
 
 # -- tokenizer ------------------------------------------------------------------------------------
-def test_tokenizer_asset_trains_then_rerun_records_nothing(tmp_path):
-    lake = refined_lake(tmp_path)
+def test_tokenizer_asset_trains_then_rerun_records_nothing(tmp_path, corpus):
+    lake = refined_lake(tmp_path, corpus)
     instance = DagsterInstance.ephemeral()
 
     first = run_tokenizer(tmp_path, instance)
@@ -132,8 +93,8 @@ def test_tokenizer_asset_trains_then_rerun_records_nothing(tmp_path):
 
 
 # -- mix ------------------------------------------------------------------------------------------
-def test_mix_asset_registers_checks_then_versions_only_on_change(tmp_path):
-    lake = refined_lake(tmp_path)
+def test_mix_asset_registers_checks_then_versions_only_on_change(tmp_path, corpus):
+    lake = refined_lake(tmp_path, corpus)
     instance = DagsterInstance.ephemeral()
     assert run_tokenizer(tmp_path, instance).success
 
@@ -158,7 +119,7 @@ def test_mix_asset_registers_checks_then_versions_only_on_change(tmp_path):
     assert meta2["status"].startswith("unchanged")
     assert lake.table(MIX_VERSIONS_TABLE).current_snapshot().snapshot_id == snapshot  # nothing committed
 
-    new_docs = commit(lake, DOCS, docstring_documents(skip=40, count=10))
+    new_docs = corpus.write(lake, DOCS, corpus.docstrings(DOCS, skip=40, count=10))
     third = run_mix(tmp_path, instance, "default")
     assert third.success
     meta3 = metadata(third, "mix")
@@ -170,8 +131,8 @@ def test_mix_asset_registers_checks_then_versions_only_on_change(tmp_path):
     assert {e.check_name: e.passed for e in third.get_asset_check_evaluations()} == {name: True for name in CHECKS}
 
 
-def test_code_curriculum_partition_registers_two_stages(tmp_path):
-    lake = refined_lake(tmp_path)
+def test_code_curriculum_partition_registers_two_stages(tmp_path, corpus):
+    lake = refined_lake(tmp_path, corpus)
     instance = DagsterInstance.ephemeral()
     assert run_tokenizer(tmp_path, instance).success
 
@@ -186,8 +147,8 @@ def test_code_curriculum_partition_registers_two_stages(tmp_path):
     assert mix_versions(lake, "default") == []  # the other partition is untouched
 
 
-def test_mix_without_a_tokenizer_fails_and_writes_nothing(tmp_path):
-    lake = refined_lake(tmp_path)
+def test_mix_without_a_tokenizer_fails_and_writes_nothing(tmp_path, corpus):
+    lake = refined_lake(tmp_path, corpus)
     result = run_mix(tmp_path, DagsterInstance.ephemeral(), "default", raise_on_error=False)
     assert not result.success
     [failure] = result.get_step_failure_events()

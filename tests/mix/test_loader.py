@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 import torch
-from conftest import documents, spec, write_table
+from conftest import spec
 
 from factory.data.split import doc_hashes, heldout_mask
 from factory.mix import (
@@ -110,7 +110,7 @@ def test_rows_are_packed_documents_with_eos_between(mix_lake):
     assert all((row == eos).sum() >= len(ids) - 1 for row, ids in multi)
 
 
-def test_heldout_documents_are_never_streamed(mix_lake):
+def test_heldout_documents_are_never_streamed(mix_lake, documents):
     sources = [{"table": t, "weight": 1 / 3} for t in ("refined.alpha", "refined.beta", "refined.gamma")]
     register_mix_version(mix_lake, spec("heldout_half", heldout_fraction=0.3, seq_len=2048, sources=sources))
     config = LoaderConfig(global_batch=32, num_shards=2, num_workers=1)
@@ -182,10 +182,10 @@ def test_repetition_cap(mix_lake, on_cap):
         loader.close()
 
 
-def test_new_snapshot_of_a_source_becomes_a_new_version(mix_lake):
+def test_new_snapshot_of_a_source_becomes_a_new_version(mix_lake, corpus, documents):
     """Appending to a table and re-registering pins the new snapshot; a follower picks it up."""
     rows = documents("refined.gamma")[:5]
-    write_table(mix_lake, "refined.delta", rows, chunks=1)
+    corpus.write(mix_lake, "refined.delta", rows)
     sources = [{"table": "refined.alpha", "weight": 0.1}, {"table": "refined.delta", "weight": 0.9}]
     v1, _ = register_mix_version(mix_lake, spec("growing", sources=sources, seq_len=1024))
     config = LoaderConfig(global_batch=8, num_shards=1, num_workers=0, follow=True, poll_every=2)
@@ -193,7 +193,7 @@ def test_new_snapshot_of_a_source_becomes_a_new_version(mix_lake):
     try:
         batches = [loader.next_batch() for _ in range(3)]
         extra = [dict(r, doc_id=r["doc_id"][:-4] + "beef") for r in documents("refined.gamma")[5:]]
-        write_table(mix_lake, "refined.delta", extra, chunks=1)
+        corpus.write(mix_lake, "refined.delta", extra)
         v2, created = register_mix_version(mix_lake, spec("growing", sources=sources, seq_len=1024))
         assert created and v2.pins["refined.delta"].snapshot_id != v1.pins["refined.delta"].snapshot_id
         assert v2.pins["refined.delta"].train_rows > v1.pins["refined.delta"].train_rows

@@ -11,14 +11,13 @@ sqlite, in a few seconds, no network.
 
 from __future__ import annotations
 
-import pyarrow as pa
 import pytest
-from conftest import documents, spec, write_table
+from conftest import spec
 from pydantic import ValidationError
 from pyiceberg.expressions import EqualTo
 
 from factory.data.split import doc_hashes, heldout_mask
-from factory.lake import CommitStamp, Lake
+from factory.lake import Lake
 from factory.lake.schemas import REFINED_DOCUMENTS
 from factory.mix import (
     MIX_VERSIONS_TABLE,
@@ -51,10 +50,10 @@ def lineage_of(lake: Lake, version_id: str):
     return [r for r in lake.lineage.records() if r.version_id == version_id]
 
 
-def fresh_lake(lake: Lake) -> Lake:
+def fresh_lake(lake: Lake, corpus, documents) -> Lake:
     """`lake` with two small tables and a tokenizer trained on them: for tests that write tables."""
-    write_table(lake, "refined.alpha", documents("refined.alpha")[:20])
-    write_table(lake, "refined.beta", documents("refined.beta")[:10])
+    corpus.write(lake, "refined.alpha", documents("refined.alpha")[:20], chunks=3)
+    corpus.write(lake, "refined.beta", documents("refined.beta")[:10], chunks=3)
     train_tokenizer(lake, TokenizerConfig(name="default", vocab_size=300, sources=["refined.alpha", "refined.beta"],
                                           sample_bytes_per_source=50_000, measure_bytes_per_source=20_000))
     return lake
@@ -85,7 +84,7 @@ def test_register_creates_v1_with_one_row_per_source(mix_lake):
             (pin.rows, pin.train_rows, pin.bytes, pin.token_estimate)
 
 
-def test_pins_count_only_the_training_split(mix_lake):
+def test_pins_count_only_the_training_split(mix_lake, documents):
     v = latest_version(mix_lake, "trio")
     for table, pin in v.pins.items():
         data = mix_lake.table(table).scan(snapshot_id=pin.snapshot_id, selected_fields=("doc_id", "bytes")).to_arrow()
@@ -144,12 +143,12 @@ def test_new_weight_makes_v2(mix_lake):
     assert get_version(mix_lake, "versions_reweighted@v1").spec.weights["refined.alpha"] == 0.5
 
 
-def test_new_snapshot_makes_a_new_version(lake):
-    fresh_lake(lake)
+def test_new_snapshot_makes_a_new_version(lake, corpus, documents):
+    fresh_lake(lake, corpus, documents)
     v1, _ = register_mix_version(lake, pair("grow"))
     beta = lake.current_snapshot_id("refined.beta")
     extra = documents("refined.alpha")[20:26]
-    new_snapshot = write_table(lake, "refined.alpha", extra, chunks=1)
+    new_snapshot = corpus.write(lake, "refined.alpha", extra)
     v2, created = register_mix_version(lake, pair("grow"))
     assert created and v2.version == 2
     assert v2.pins["refined.alpha"].snapshot_id == new_snapshot != v1.pins["refined.alpha"].snapshot_id
@@ -234,19 +233,18 @@ def test_stage_naming_a_table_not_in_sources():
         spec("versions_bad", stages=[{"until_tokens": 10, "weights": {"refined.alpha": 0.5}}])
 
 
-def test_empty_source(lake):
-    fresh_lake(lake)
-    lake.commit("refined.empty", pa.Table.from_pylist([], schema=REFINED_DOCUMENTS.as_arrow()),
-                CommitStamp(asset_key="test", config_hash=""), schema=REFINED_DOCUMENTS)
+def test_empty_source(lake, corpus, documents):
+    fresh_lake(lake, corpus, documents)
+    corpus.write(lake, "refined.empty", [])
     bad = spec("hollow", sources=[{"table": "refined.alpha", "weight": 0.5}, {"table": "refined.empty", "weight": 0.5}])
     with pytest.raises(MixError, match=r"mix hollow: source refined\.empty is empty at snapshot \d+"):
         register_mix_version(lake, bad)
     assert not lake.has_table(MIX_VERSIONS_TABLE) and not lineage_of(lake, "mix/hollow@v1")
 
 
-def test_never_written_source(lake):
+def test_never_written_source(lake, corpus, documents):
     """A table that exists with no snapshot at all: a mix error naming the table."""
-    fresh_lake(lake)
+    fresh_lake(lake, corpus, documents)
     lake.ensure_table("refined.unwritten", REFINED_DOCUMENTS)
     bad = spec("unwritten", sources=[{"table": "refined.unwritten", "weight": 1.0}])
     with pytest.raises(MixError, match=r"source refined\.unwritten: table refined\.unwritten has no snapshot"):
@@ -254,7 +252,7 @@ def test_never_written_source(lake):
     assert not lake.has_table(MIX_VERSIONS_TABLE)
 
 
-def test_all_heldout_source(mix_lake):
+def test_all_heldout_source(mix_lake, documents):
     snapshot = versions_snapshot(mix_lake)
     rows = len(documents("refined.alpha"))
     with pytest.raises(MixError, match=rf"mix versions_held: source refined\.alpha has {rows} rows, all in the held-out"):

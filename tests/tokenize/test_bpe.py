@@ -1,8 +1,9 @@
 """Byte-level BPE training (`factory.tokenize.bpe`) on small tables of real standard-library text
-in a tmp lake: determinism (same sample -> same bytes, same directory; a rebuilt lake -> same
-tokenizer), special-token ids, byte-level round trips, bytes per token, the artifact layout, the
-lineage row, loading through `transformers`, `latest_tokenizer`, held-out documents never sampled,
-and the errors for empty or missing tables and invalid configs.
+(built by the shared `corpus` fixture) in a tmp lake: determinism (same sample -> same bytes, same
+directory; a rebuilt lake -> same tokenizer), special-token ids, byte-level round trips, bytes
+per token, the artifact layout, the lineage row, loading through `transformers`,
+`latest_tokenizer`, held-out documents never sampled, and the errors for empty or missing tables
+and invalid configs.
 
 Runs on CPU in a few seconds: a real pyiceberg `SqlCatalog` on sqlite, no network.
 """
@@ -11,16 +12,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sysconfig
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 from pydantic import ValidationError
 
 from factory.data.split import is_heldout
 from factory.home import artifacts_dir
-from factory.lake import CommitStamp, Lake, LakeError
+from factory.lake import Lake, LakeError
 from factory.lake.schemas import REFINED_DOCUMENTS
 from factory.tokenize import (
     SPECIAL_TOKENS,
@@ -32,46 +31,22 @@ from factory.tokenize import (
     train_tokenizer,
 )
 
-STDLIB = Path(sysconfig.get_paths()["stdlib"])
 PACKAGES = {"refined.code_a": ["json", "email"], "refined.code_b": ["asyncio"]}
 CONFIG = TokenizerConfig(name="default", vocab_size=512, sources=list(PACKAGES), sample_bytes_per_source=200_000,
                          measure_bytes_per_source=50_000, heldout_fraction=0.1)
 TEXT = "def naïve(x):\n\treturn f'{x} → ∑ 日本語 🐍🚀'  # tab, emoji, CJK\r\n\n    \u200b€\n"
 
 
-def documents(table: str) -> list[dict]:
-    rows = []
-    for package in PACKAGES[table]:
-        for path in sorted((STDLIB / package).rglob("*.py")):
-            text = path.read_text(encoding="utf-8")
-            if text.strip():
-                rel = str(path.relative_to(STDLIB))
-                rows.append({"doc_id": hashlib.sha256(f"{table}/{rel}".encode()).hexdigest()[:24], "source": table,
-                             "path": rel, "text": text, "language": "python", "kind": "code",
-                             "bytes": len(text.encode())})
-    return rows
-
-
-def write_table(lake: Lake, table: str, rows: list[dict], chunks: int = 3) -> int:
-    """Commit `rows` as `chunks` appends (several data files); the last snapshot id."""
-    step, snapshot = max(1, -(-len(rows) // chunks)), None
-    for i in range(0, max(len(rows), 1), step):
-        data = pa.Table.from_pylist(rows[i:i + step], schema=REFINED_DOCUMENTS.as_arrow())
-        snapshot = lake.commit(table, data, CommitStamp(asset_key="test", config_hash=""),
-                               schema=REFINED_DOCUMENTS).snapshot_id
-    return snapshot
-
-
-def build_lake(home: Path) -> Lake:
+def build_lake(home: Path, corpus) -> Lake:
     lake = Lake.open(home=home)
-    for table in PACKAGES:
-        write_table(lake, table, documents(table))
+    for table, packages in PACKAGES.items():
+        corpus.write(lake, table, corpus.code(table, packages), chunks=3)
     return lake
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory) -> tuple[Lake, TokenizerArtifact]:
-    lake = build_lake(tmp_path_factory.mktemp("bpe"))
+def trained(tmp_path_factory, corpus) -> tuple[Lake, TokenizerArtifact]:
+    lake = build_lake(tmp_path_factory.mktemp("bpe"), corpus)
     return lake, train_tokenizer(lake, CONFIG)
 
 
@@ -94,10 +69,10 @@ def test_same_sample_gives_same_bytes_and_reuses_the_directory(trained):
     assert hashlib.sha256(Path(first.file).read_bytes()).hexdigest() == first.content_hash
 
 
-def test_rebuilt_lake_trains_the_same_tokenizer(trained, tmp_path):
+def test_rebuilt_lake_trains_the_same_tokenizer(trained, tmp_path, corpus):
     """Same documents, new snapshots and data-file names: the sample and the bytes do not move."""
     lake, first = trained
-    rebuilt = train_tokenizer(build_lake(tmp_path), CONFIG)
+    rebuilt = train_tokenizer(build_lake(tmp_path, corpus), CONFIG)
     assert rebuilt.sampled != first.sampled  # genuinely different snapshots
     assert rebuilt.sample_docs == first.sample_docs
     assert rebuilt.content_hash == first.content_hash and rebuilt.new  # new to that lake
@@ -131,10 +106,10 @@ def test_bytes_per_token_per_source(trained):
         assert 1.5 < bpt < 8, f"{table}: {bpt} bytes per token"
 
 
-def test_sample_is_a_subsample_near_the_byte_target(trained):
+def test_sample_is_a_subsample_near_the_byte_target(trained, corpus):
     _, art = trained
     for table in CONFIG.sources:
-        docs = documents(table)
+        docs = corpus.code(table, PACKAGES[table])
         assert 0 < art.sample_docs[table] < len(docs)
         # whole documents are drawn, so the sample is near, not at, the target
         assert 0.3 * CONFIG.sample_bytes_per_source < art.sample_bytes[table] < 3 * CONFIG.sample_bytes_per_source
@@ -185,13 +160,13 @@ def test_latest_tokenizer(trained):
         latest_tokenizer(lake, "nope")
 
 
-def test_heldout_documents_are_never_sampled(trained):
+def test_heldout_documents_are_never_sampled(trained, corpus):
     """With the whole table in reach (rate 1), the sample is exactly the training side of the split."""
     lake, _ = trained
     config = CONFIG.model_copy(update={"name": "half", "heldout_fraction": 0.5, "sample_bytes_per_source": 10**9})
     art = train_tokenizer(lake, config)
     for table in config.sources:
-        docs = documents(table)
+        docs = corpus.code(table, PACKAGES[table])
         train = [d for d in docs if not is_heldout(d["doc_id"], 0.5)]
         assert 0.25 * len(docs) < len(train) < 0.75 * len(docs)  # the check has held-out documents to catch
         assert art.sample_docs[table] == len(train)
@@ -205,9 +180,8 @@ def _no_tokenizer_written(lake: Lake) -> None:
     assert not (artifacts_dir(lake.home) / "tokenizers").exists()
 
 
-def test_empty_table_is_refused(lake):
-    lake.commit("refined.empty", pa.Table.from_pylist([], schema=REFINED_DOCUMENTS.as_arrow()),
-                CommitStamp(asset_key="test", config_hash=""), schema=REFINED_DOCUMENTS)
+def test_empty_table_is_refused(lake, corpus):
+    corpus.write(lake, "refined.empty", [])
     assert lake.current_snapshot_id("refined.empty") is not None
     with pytest.raises(TokenizerError, match=r"table refined\.empty is empty"):
         train_tokenizer(lake, CONFIG.model_copy(update={"sources": ["refined.empty"]}))
@@ -227,10 +201,10 @@ def test_missing_table_is_refused(lake):
     _no_tokenizer_written(lake)
 
 
-def test_all_heldout_table_gives_an_empty_sample(lake):
-    docs = documents("refined.code_b")[:3]
+def test_all_heldout_table_gives_an_empty_sample(lake, corpus):
+    docs = corpus.code("refined.code_b", PACKAGES["refined.code_b"])[:3]
     assert all(is_heldout(d["doc_id"], 0.999) for d in docs)
-    write_table(lake, "refined.small", docs, chunks=1)
+    corpus.write(lake, "refined.small", docs)
     with pytest.raises(TokenizerError, match="the sample is empty"):
         train_tokenizer(lake, CONFIG.model_copy(update={"sources": ["refined.small"], "heldout_fraction": 0.999}))
     _no_tokenizer_written(lake)
