@@ -110,6 +110,10 @@ class MixLoader:
         self.step, self.tokens, self.history = state["step"], state["tokens"], list(state["history"])
         self._base = tuple(state["base"])  # (step, tokens) when the current version took over
         saved = {int(k): v for k, v in state["shards"].items()}  # JSON turns the keys into strings
+        missing = [s for s in self.shards if s not in saved]
+        if self.step > 0 and missing:
+            raise MixError(f"loader state at step {self.step} has no position for shards {missing}: resume from "
+                           "merge_states() of every rank's state_dict(), not one rank's")
         self._taken = {s: saved.get(s) for s in self.shards}  # state after the last taken sequence
         self._ctx = self._context(self.version)
         self._start()

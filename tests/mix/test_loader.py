@@ -213,5 +213,11 @@ def test_layout_and_state_errors(mix_lake):
     _, state = run(mix_lake, "trio", LoaderConfig(global_batch=8, num_workers=0), 1)
     with pytest.raises(MixError, match="seed=0, the config says 5"):
         MixLoader(mix_lake, "trio", LoaderConfig(global_batch=8, seed=5), state=state)
+    one_rank = MixLoader(mix_lake, "trio", LoaderConfig(global_batch=8, num_workers=0), rank=0, world_size=2)
+    with one_rank:
+        one_rank.next_batch()
+        partial = one_rank.state_dict()
+    with pytest.raises(MixError, match=r"no position for shards \[1, 3, 5, 7\].*merge_states"):
+        MixLoader(mix_lake, "trio", LoaderConfig(global_batch=8, num_workers=0), state=partial)
     with pytest.raises(MixError, match="no registered version"):
         MixLoader(mix_lake, "nope", LoaderConfig(global_batch=8))
