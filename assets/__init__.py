@@ -4,10 +4,11 @@ from assets.mix import mix
 from assets.raw import raw_assets
 from assets.refine import refine_assets, refine_checks
 from assets.tokenizer import tokenizer
+from assets.train import training_run
 
 
 def all_assets() -> list:
-    return [*raw_assets(), *refine_assets(), tokenizer, mix]
+    return [*raw_assets(), *refine_assets(), tokenizer, mix, training_run]
 
 
 def all_checks() -> list:

@@ -28,14 +28,21 @@ mix_job = define_asset_job(
     description="Register a new version of one mix (pick the mix as the partition).",
 )
 
+train_job = define_asset_job(
+    "train_job",
+    selection=AssetSelection.assets(AssetKey("training_run")),
+    description="Train one experiment (pick it as the partition); resumes from its latest valid checkpoint.",
+    tags={"factory/kind": "training"},
+)
+
 # Everything unpartitioned, in dependency order; the mix partitions run after it (`make demo`).
 demo_job = define_asset_job(
     "demo_job",
-    selection=AssetSelection.all() - AssetSelection.assets(AssetKey("mix")),
+    selection=AssetSelection.all() - AssetSelection.assets(AssetKey("mix"), AssetKey("training_run")),
     description="Ingest, refine and train the tokenizer on the embedded defaults (what `make demo` runs "
                 "before registering the default mix).",
 )
 
-jobs = [ingest_job, dedup_job, tokenize_job, mix_job, demo_job]
+jobs = [ingest_job, dedup_job, tokenize_job, mix_job, train_job, demo_job]
 
-__all__ = ["dedup_job", "demo_job", "ingest_job", "jobs", "mix_job", "tokenize_job"]
+__all__ = ["dedup_job", "demo_job", "ingest_job", "jobs", "mix_job", "tokenize_job", "train_job"]

@@ -1,12 +1,23 @@
 """Typed Dagster resources: thin, lazily-built clients over the framework-free core."""
 
+from dagster import PipesSubprocessClient
+
+from factory.home import CHECKOUT
 from resources.lake import LakeResource
 from resources.spark import SparkResource
+from resources.tracker import TrackerResource
 
 
 def default_resources() -> dict:
-    """Embedded defaults: sqlite catalog under FACTORY_HOME, Spark local[*]. No env read here."""
-    return {"lake": LakeResource(), "spark": SparkResource()}
+    """Embedded defaults: sqlite catalog under FACTORY_HOME, Spark local[*], MLflow on sqlite,
+    training processes launched locally through Pipes. No env read here."""
+    return {
+        "lake": LakeResource(),
+        "spark": SparkResource(),
+        "tracker": TrackerResource(),
+        # At scale: PipesK8sClient (dagster-k8s) launching torchrun pods instead.
+        "pipes_subprocess_client": PipesSubprocessClient(cwd=str(CHECKOUT)),
+    }
 
 
-__all__ = ["LakeResource", "SparkResource", "default_resources"]
+__all__ = ["LakeResource", "SparkResource", "TrackerResource", "default_resources"]

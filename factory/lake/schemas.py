@@ -103,3 +103,39 @@ MIX_VERSIONS = Schema(
     NestedField(17, "plan_json", StringType(), required=True),
     NestedField(18, "created_at", TimestamptzType(), required=True),
 )
+
+# One row per checkpoint a training run wrote (the eval sensor reads new rows with a cursor).
+TRAIN_CHECKPOINTS = Schema(
+    NestedField(1, "checkpoint_id", StringType(), required=True, doc="ckpt/<run>@<step>"),
+    NestedField(2, "run", StringType(), required=True, doc="run name (experiment name unless overridden)"),
+    NestedField(3, "experiment", StringType(), required=True),
+    NestedField(4, "step", LongType(), required=True),
+    NestedField(5, "tokens", LongType(), required=True, doc="tokens trained on up to this step"),
+    NestedField(6, "uri", StringType(), required=True, doc="checkpoint file URI"),
+    NestedField(7, "sha256", StringType(), required=True),
+    NestedField(8, "bytes", LongType(), required=True),
+    NestedField(9, "loss", DoubleType(), required=False, doc="training loss at the step"),
+    NestedField(10, "mix_version", StringType(), required=True),
+    NestedField(11, "config_hash", StringType(), required=True, doc="experiment identity hash"),
+    NestedField(12, "eval_every", LongType(), required=True),
+    NestedField(13, "code_version", StringType(), required=True),
+    NestedField(14, "created_at", TimestamptzType(), required=True),
+)
+
+# Per-step training metrics, so loss curves join with lineage in SQL.
+TRAIN_METRICS = Schema(
+    NestedField(1, "run", StringType(), required=True),
+    NestedField(2, "step", LongType(), required=True),
+    NestedField(3, "name", StringType(), required=True, doc="loss, grad_norm, lr, tokens_per_s, mfu, loader_stall, ..."),
+    NestedField(4, "value", DoubleType(), required=True),
+    NestedField(5, "created_at", TimestamptzType(), required=True),
+)
+
+# Incidents a run detected: replica divergence, non-finite steps, spikes, rollbacks.
+TRAIN_INCIDENTS = Schema(
+    NestedField(1, "run", StringType(), required=True),
+    NestedField(2, "step", LongType(), required=True),
+    NestedField(3, "kind", StringType(), required=True, doc="replica_mismatch, gradient_mismatch, nonfinite, spike, rollback"),
+    NestedField(4, "detail", StringType(), required=True, doc="JSON: ranks, parameters, values, action"),
+    NestedField(5, "created_at", TimestamptzType(), required=True),
+)

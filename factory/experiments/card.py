@@ -1,0 +1,41 @@
+"""The experiment card: a structured Markdown page per planned run, shown in the Dagster UI and
+saved beside the run's checkpoints, so anyone can see what was trained without reading code."""
+
+from __future__ import annotations
+
+from factory.experiments.spec import Plan
+
+
+def render_card(plan: Plan) -> str:
+    e, m = plan.experiment, plan.model
+    o, s = e.optimizer, e.schedule
+    rows = [
+        ("mix", f"`{plan.mix_version}`" + (" (followed live)" if e.follow_mix else " (pinned)")),
+        ("tokenizer", f"`{plan.tokenizer}` ({m.vocab_size:,} tokens)"),
+        ("sequence length", f"{plan.seq_len} tokens"),
+        ("batch", f"{e.global_batch} sequences = {plan.tokens_per_step:,} tokens / step "
+                  f"(micro-batch {e.micro_batch} x {e.parallel.world_size} ranks x {plan.grad_accum} accumulation)"),
+        ("length", f"{plan.steps:,} steps = {plan.tokens:,} tokens"),
+        ("model", f"{plan.parameters / 1e6:.2f} M parameters: d_model {m.d_model}, {m.n_layers} layers, "
+                  f"{m.n_heads} heads / {m.kv_heads} kv heads (head {m.head_dim}), SwiGLU {m.ffn_dim}, "
+                  f"RoPE θ={m.rope_theta:g}, {'tied' if m.tie_embeddings else 'untied'} embeddings"
+                  + (f", muP base width {m.mup_base_width}" if m.mup_base_width else "")),
+        ("optimizer", f"AdamW lr {o.lr:g}, betas {o.betas}, wd {o.weight_decay:g}, clip {o.grad_clip}"),
+        ("schedule", f"{s.kind}, warmup {s.warmup_steps} steps, floor {s.min_lr_ratio:g} x lr"),
+        ("precision", f"{e.precision}" + (", torch.compile" if e.compile else "") + " (logits and loss in fp32)"),
+        ("checkpoints", f"every {e.checkpoint.every} steps, keep {e.checkpoint.keep_last}"),
+        ("evaluation", f"every {e.eval_every} steps"),
+        ("parallelism", f"{e.parallel.world_size} process(es), backend {e.parallel.backend}"
+                        + (", FSDP2" if e.parallel.fsdp else "")),
+        ("guards", f"non-finite: {e.guards.nonfinite}; spikes > {e.guards.spike_sigma:g} sigma over "
+                   f"{e.guards.spike_window} steps: {e.guards.spike_action}"),
+        ("replica checks", f"parameter hashes every {e.replicas.hash_every} steps"
+                           + ("; redundant gradient dry runs" if e.replicas.redundant_dry_run else "")),
+        ("seed", str(e.seed)),
+        ("identity hash", f"`{plan.config_hash}`"),
+    ]
+    table = "\n".join(f"| {k} | {v} |" for k, v in rows)
+    return (f"# Experiment `{e.name}`\n\n{e.description or '(no description)'}\n\n"
+            f"| | |\n|---|---|\n{table}\n\n"
+            f"Run it: `dagster asset materialize -m definitions --select training_run --partition {e.name}` "
+            f"or `python -m factory.train --experiment {e.name}`\n")

@@ -1,0 +1,134 @@
+"""An experiment: model, mix, optimizer, schedule, batch, length, checkpoints, evals, seed,
+parallelism — one frozen config, written as a Python function in `configs/experiments/`.
+
+Identity (what changes the result: model, mix, optimizer, schedule, batch, length, seed) is kept
+apart from execution (processes, loader threads, compile) in `config_hash`, as Marin does: two
+runs of the same identity on different hardware are the same experiment.
+
+`plan_experiment` resolves what the config leaves to the data — sequence length from the mix,
+vocabulary from its tokenizer — and derives the rest: steps from tokens, tokens per step,
+gradient accumulation, parameter count. A plan that cannot run (batch not divisible, a model
+shorter than the mix's sequences, a missing mix) fails here, before any process starts.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from factory.train.config import (
+    CheckpointConfig,
+    GuardConfig,
+    ModelConfig,
+    OptimizerConfig,
+    ParallelConfig,
+    ReplicaCheckConfig,
+    ScheduleConfig,
+    TrackerConfig,
+)
+from factory.version import config_hash
+
+
+class ExperimentError(ValueError):
+    """An experiment cannot run as configured; the message names the field."""
+
+
+class ExperimentConfig(BaseModel):
+    """One training experiment."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_\-]*$", description="Run name; checkpoints live under it.")
+    description: str = Field("", description="The goal, in a sentence or two (shown on the card).")
+    model: ModelConfig
+    mix: str = Field(description="Mix name (newest version, followed live) or mix/<name>@v<N> (pinned).")
+    follow_mix: bool = Field(True, description="Switch to newer versions of the mix at step boundaries.")
+    global_batch: int = Field(gt=0, description="Sequences per optimizer step, all ranks together.")
+    micro_batch: int = Field(gt=0, description="Sequences per forward/backward on one rank.")
+    tokens: int | None = Field(None, gt=0, description="Training length in tokens (steps derived); or give steps.")
+    steps: int | None = Field(None, gt=0, description="Training length in optimizer steps; or give tokens.")
+    optimizer: OptimizerConfig
+    schedule: ScheduleConfig = ScheduleConfig()
+    precision: str = Field("fp32", pattern="^(fp32|bf16)$", description="bf16 = autocast where supported; logits and loss stay fp32.")
+    compile: bool = Field(False, description="torch.compile the model (execution choice).")
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    eval_every: int = Field(100, ge=1, description="Steps between evaluations (the eval sensor reads this).")
+    seed: int = 0
+    parallel: ParallelConfig = ParallelConfig()
+    guards: GuardConfig = GuardConfig()
+    replicas: ReplicaCheckConfig = ReplicaCheckConfig()
+    tracker: TrackerConfig = TrackerConfig()
+    loader_shards: int = Field(8, ge=1, description="Logical data shards (world sizes must divide it).")
+    loader_workers: int = Field(1, ge=0, description="Loader threads per rank (execution choice).")
+
+    @model_validator(mode="after")
+    def _length(self) -> "ExperimentConfig":
+        if (self.tokens is None) == (self.steps is None):
+            raise ValueError("give exactly one of tokens or steps")
+        world = self.parallel.world_size
+        if self.global_batch % (self.micro_batch * world):
+            raise ValueError(f"global_batch={self.global_batch} must be a multiple of micro_batch={self.micro_batch} "
+                             f"x world size {world}")
+        if self.global_batch % self.loader_shards or self.loader_shards % world:
+            raise ValueError(f"loader_shards={self.loader_shards} must divide global_batch={self.global_batch} "
+                             f"and be divisible by the world size {world}")
+        return self
+
+    def derive(self, **changes) -> "ExperimentConfig":
+        """A validated variant (pydantic's `model_copy(update=...)` would skip validation)."""
+        return ExperimentConfig.model_validate({**self.model_dump(), **changes})
+
+    def identity_hash(self) -> str:
+        """Hash of what changes the result (execution choices excluded)."""
+        return config_hash(self.model_dump(mode="json", exclude={"compile", "loader_workers", "parallel", "tracker",
+                                                                  "description"}))
+
+
+class Plan(BaseModel):
+    """An experiment with everything derived: what the trainer actually runs."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    experiment: ExperimentConfig
+    model: ModelConfig  # vocab_size filled in
+    mix_version: str
+    tokenizer: str
+    seq_len: int
+    steps: int
+    tokens_per_step: int
+    grad_accum: int
+    parameters: int
+    config_hash: str
+
+    @property
+    def tokens(self) -> int:
+        return self.steps * self.tokens_per_step
+
+
+def plan_experiment(lake, experiment: ExperimentConfig) -> Plan:
+    """Resolve the mix and tokenizer and derive the run's numbers; errors name the field."""
+    from factory.mix import MixError, get_version
+    from factory.tokenize import load_tokenizer
+    from factory.train.model import count_parameters
+
+    try:
+        version = get_version(lake, experiment.mix)
+    except MixError as e:
+        raise ExperimentError(f"experiment {experiment.name}: mix: {e}") from None
+    seq_len = version.spec.seq_len
+    model = experiment.model
+    if model.max_seq_len < seq_len:
+        raise ExperimentError(f"experiment {experiment.name}: model.max_seq_len={model.max_seq_len} is shorter than "
+                              f"the mix's seq_len={seq_len}")
+    vocab = load_tokenizer(version.tokenizer_path).get_vocab_size()
+    if model.vocab_size is None:
+        model = model.model_copy(update={"vocab_size": vocab})
+    elif model.vocab_size < vocab:
+        raise ExperimentError(f"experiment {experiment.name}: model.vocab_size={model.vocab_size} < the tokenizer's {vocab}")
+    tokens_per_step = experiment.global_batch * seq_len
+    steps = experiment.steps or max(1, experiment.tokens // tokens_per_step)
+    return Plan(
+        experiment=experiment, model=model, mix_version=version.version_id, tokenizer=version.tokenizer_version,
+        seq_len=seq_len, steps=steps, tokens_per_step=tokens_per_step,
+        grad_accum=experiment.global_batch // (experiment.micro_batch * experiment.parallel.world_size),
+        parameters=count_parameters(model), config_hash=experiment.identity_hash(),
+    )
