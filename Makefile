@@ -39,9 +39,11 @@ $(DAGSTER_HOME)/dagster.yaml: configs/dagster.yaml
 demo: setup
 	$(BIN)/dagster job execute -m definitions -j demo_job -c configs/demo_run.yaml
 	$(BIN)/dagster asset materialize -m definitions --select mix --partition default
+	$(BIN)/dagster asset materialize -m definitions --select training_run --partition smoke
 	@$(BIN)/factory tables
 	@$(BIN)/factory drops
 	@$(BIN)/factory mix show default
+	@$(BIN)/factory sql "select checkpoint_id, step, tokens, round(loss, 3) as loss, mix_version from train.checkpoints where run = 'smoke' order by step"
 	@echo
 	@echo "Browse these runs, assets, metadata and lineage in the web UI: make ui  (http://127.0.0.1:3000)"
 	@echo "Query the lake: $(BIN)/factory sql \"select source, count(*) from raw.python_stdlib group by 1\""

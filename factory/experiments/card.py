@@ -10,7 +10,7 @@ def render_card(plan: Plan) -> str:
     e, m = plan.experiment, plan.model
     o, s = e.optimizer, e.schedule
     rows = [
-        ("mix", f"`{plan.mix_version}`" + (" (followed live)" if e.follow_mix else " (pinned)")),
+        ("mix", f"`{plan.mix_version}`" + (" (followed live)" if e.follow_mix and "@" not in e.mix else " (pinned)")),
         ("tokenizer", f"`{plan.tokenizer}` ({m.vocab_size:,} tokens)"),
         ("sequence length", f"{plan.seq_len} tokens"),
         ("batch", f"{e.global_batch} sequences = {plan.tokens_per_step:,} tokens / step "
@@ -35,7 +35,9 @@ def render_card(plan: Plan) -> str:
         ("identity hash", f"`{plan.config_hash}`"),
     ]
     table = "\n".join(f"| {k} | {v} |" for k, v in rows)
+    n = e.parallel.nproc_per_node
+    launcher = f"torchrun --standalone --nproc-per-node {n} -m factory.train" if n > 1 else "python -m factory.train"
     return (f"# Experiment `{e.name}`\n\n{e.description or '(no description)'}\n\n"
             f"| | |\n|---|---|\n{table}\n\n"
             f"Run it: `dagster asset materialize -m definitions --select training_run --partition {e.name}` "
-            f"or `python -m factory.train --experiment {e.name}`\n")
+            f"or `{launcher} --experiment {e.name}`\n")

@@ -74,8 +74,11 @@ class ExperimentConfig(BaseModel):
         return self
 
     def derive(self, **changes) -> "ExperimentConfig":
-        """A validated variant (pydantic's `model_copy(update=...)` would skip validation)."""
-        return ExperimentConfig.model_validate({**self.model_dump(), **changes})
+        """A validated variant (pydantic's `model_copy(update=...)` would skip validation). Config
+        objects among `changes` are dumped first: pydantic accepts a model instance as it is, so a
+        `model_copy(update=...)`-made part (e.g. `checkpoint.every=0`) would otherwise slip through."""
+        plain = {k: v.model_dump() if isinstance(v, BaseModel) else v for k, v in changes.items()}
+        return ExperimentConfig.model_validate({**self.model_dump(), **plain})
 
     def identity_hash(self) -> str:
         """Hash of what changes the result (execution choices excluded)."""

@@ -25,7 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--experiment", help="a function name in configs/experiments")
     which.add_argument("--experiment-json", help="a validated ExperimentConfig as JSON")
-    parser.add_argument("--run", help="run name (default: the experiment name)")
+    # not --run: torchrun's parser would take it for an abbreviation of its own --run-path
+    parser.add_argument("--run-name", help="run name (default: the experiment name)")
     parser.add_argument("--run-id", default="", help="Dagster run id, for lineage")
     parser.add_argument("--home", help="FACTORY_HOME")
     args = parser.parse_args(argv)
@@ -45,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with open_reporter(int(os.environ.get("RANK", "0"))) as reporter:
         try:
-            result = train(plan, lake, run=args.run, run_id=args.run_id, reporter=reporter)
+            result = train(plan, lake, run=args.run_name, run_id=args.run_id, reporter=reporter)
         finally:
             shutdown()
         reporter.log(f"{result.run}: {result.steps} steps, final loss {result.final_loss}")

@@ -28,7 +28,7 @@ class ReplicaMismatch(RuntimeError):
     def __init__(self, what: str, step: int, ranks: list[int], parameters: list[str]):
         shown = ", ".join(parameters[:8]) + (f" and {len(parameters) - 8} more" if len(parameters) > 8 else "")
         super().__init__(f"{what} differ across replicas at step {step}: rank(s) {ranks} diverge from the majority "
-                         f"in {shown}")
+                         f"(rank 0 on a tie) in {shown}")
         self.what, self.step, self.ranks, self.parameters = what, step, ranks, parameters
 
 
@@ -51,15 +51,25 @@ def compare(named: list[tuple[str, torch.Tensor]], what: str, step: int) -> None
     local = hashes(named)
     gathered = [torch.empty_like(local) for _ in range(dist.get_world_size())]
     dist.all_gather(gathered, local)
-    table = torch.stack(gathered).cpu()  # [world, params]
+    bad_params, bad_ranks = divergent(torch.stack(gathered).cpu())
+    if bad_params:
+        raise ReplicaMismatch(what, step, bad_ranks, [named[p][0] for p in bad_params])
+
+
+def divergent(table: torch.Tensor) -> tuple[list[int], list[int]]:
+    """(parameter indices, ranks) that disagree in a [world, params] table of hashes.
+
+    A rank diverges on a parameter when its hash differs from the majority's. On a tie (always,
+    with two ranks) the reference is the tied value held by the lowest rank — rank 0 when it is
+    among them, the rank whose weights DDP broadcast at the start and whose state checkpoints
+    save. So two ranks can only say *that* they diverged; the report names rank 1.
+    """
     bad_params = (table != table[0]).any(dim=0).nonzero().flatten().tolist()
-    if not bad_params:
-        return
     bad_ranks: set[int] = set()
-    for p in bad_params:
-        majority, _ = Counter(table[:, p].tolist()).most_common(1)[0]
-        bad_ranks |= {r for r in range(table.shape[0]) if table[r, p].item() != majority}
-    raise ReplicaMismatch(what, step, sorted(bad_ranks), [named[p][0] for p in bad_params])
+    for p in bad_params:  # most_common orders equal counts by first appearance, i.e. by rank
+        reference, _ = Counter(table[:, p].tolist()).most_common(1)[0]
+        bad_ranks |= {r for r in range(table.shape[0]) if table[r, p].item() != reference}
+    return bad_params, sorted(bad_ranks)
 
 
 def parameters_of(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:

@@ -83,7 +83,8 @@ def train(plan: Plan, lake: Lake, *, run: str | None = None, run_id: str = "", r
     loader = MixLoader(
         lake, mix_ref,
         LoaderConfig(global_batch=exp.global_batch, num_shards=exp.loader_shards, seed=exp.seed,
-                     num_workers=exp.loader_workers, follow=exp.follow_mix, poll_every=exp.checkpoint.every),
+                     num_workers=exp.loader_workers, follow=exp.follow_mix and "@" not in exp.mix,
+                     poll_every=exp.checkpoint.every),
         rank=d.rank, world_size=d.world_size, state=loader_state,
         resolve=agreed_resolver(lake, plan.mix_version.removeprefix("mix/").split("@")[0]) if d.active else None,
         run_id=run if d.main else "",
@@ -93,7 +94,8 @@ def train(plan: Plan, lake: Lake, *, run: str | None = None, run_id: str = "", r
     if tracker:
         tracker.start(run, params=json.loads(plan.model_dump_json()), tags={"run_id": run_id, "mix": plan.mix_version})
         tracker.log_text("card.md", render_card(plan))
-    flops, peak = flops_per_token(plan.model, plan.seq_len), measure_matmul_peak() if d.main else 0.0
+    with torch.random.fork_rng(devices=[]):  # the peak measurement's random matrices must not move the run's RNG
+        flops, peak = flops_per_token(plan.model, plan.seq_len), measure_matmul_peak() if d.main else 0.0
     rep.log(f"{run}: {plan.parameters / 1e6:.2f} M parameters, {plan.steps} steps of {plan.tokens_per_step:,} tokens"
             + (f", resuming after step {step}" if step else ""))
 
@@ -108,7 +110,8 @@ def train(plan: Plan, lake: Lake, *, run: str | None = None, run_id: str = "", r
             waited = time.perf_counter() - t0
             tokens = batch.tokens.to(d.device)
             if exp.replicas.redundant_dry_run and d.active and step % exp.replicas.hash_every == 0:
-                _dry_run(net, model, tokens[: exp.micro_batch], d, step, autocast)
+                # clone: the broadcast writes into the tensor, and this rank's own batch must stay intact
+                _dry_run(net, model, tokens[: exp.micro_batch].clone(), d, lake, rep, run, step, autocast)
             loss = _forward_backward(net, tokens, exp.micro_batch, d, autocast, nan=step + 1 in faults.get("nan_at_steps", []))
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), exp.optimizer.grad_clip or math.inf).item()
             verdict = guards.judge(loss, grad_norm)
@@ -198,7 +201,7 @@ def _forward_backward(net, tokens: torch.Tensor, micro: int, d: Dist, autocast, 
     return d.mean(total).item()
 
 
-def _dry_run(net, model, micro: torch.Tensor, d: Dist, step: int, autocast) -> None:
+def _dry_run(net, model, micro: torch.Tensor, d: Dist, lake: Lake, rep: Reporter, run: str, step: int, autocast) -> None:
     """Every rank runs rank 0's micro-batch without gradient sync; gradient hashes must agree."""
     import torch.distributed as dist
 
@@ -207,17 +210,26 @@ def _dry_run(net, model, micro: torch.Tensor, d: Dist, step: int, autocast) -> N
         logits = net(micro[:, :-1])
         F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), micro[:, 1:].reshape(-1)).backward()
     try:
-        replicas.compare(replicas.gradients_of(model), "gradients", step)
+        _compare(replicas.gradients_of(model), "gradients", "gradient_mismatch", d, lake, rep, run, step)
     finally:
         model.zero_grad(set_to_none=True)
 
 
 def _verify(model, d: Dist, lake: Lake, rep: Reporter, run: str, step: int) -> None:
+    _compare(replicas.parameters_of(model), "parameters", "replica_mismatch", d, lake, rep, run, step)
+
+
+def _compare(named, what: str, kind: str, d: Dist, lake: Lake, rep: Reporter, run: str, step: int) -> None:
+    """Compare hashes across ranks; on a mismatch rank 0 records the incident while the others
+    wait at a barrier (a rank exiting first would make torchrun kill rank 0 mid-commit)."""
     try:
-        replicas.compare(replicas.parameters_of(model), "parameters", step)
+        replicas.compare(named, what, step)
     except replicas.ReplicaMismatch as e:
-        if d.main:
-            record_incident(lake, run, step, "replica_mismatch", {"ranks": e.ranks, "parameters": e.parameters})
+        try:
+            if d.main:
+                record_incident(lake, run, step, kind, {"ranks": e.ranks, "parameters": e.parameters})
+        finally:
+            d.barrier()
         rep.warn(str(e))
         raise
 
@@ -288,7 +300,8 @@ def _checkpoint(plan: Plan, lake: Lake, d: Dist, directory: Path, model, optimiz
 def _summary(result: TrainResult, losses: list[tuple[int, float]], plan: Plan) -> dict:
     meta = {"run": result.run, "steps": result.steps, "tokens": result.tokens, "final_loss": result.final_loss,
             "checkpoints": result.checkpoints[-5:], "skipped_steps": result.skipped_steps,
-            "incidents": result.incidents, "seconds": result.seconds, "mix_version": plan.mix_version,
+            "incidents": result.incidents, "resumed_from": result.resumed_from, "seconds": result.seconds,
+            "mix_version": plan.mix_version,
             "parameters": plan.parameters}
     if losses:
         meta["loss_curve"] = png_markdown(loss_curve_png(losses, f"{result.run}: training loss"))

@@ -1,0 +1,157 @@
+"""The `training_run` asset through Dagster, and the configs it refuses.
+
+Through `materialize([training_run], partition_key="smoke")` with the real resources
+(`LakeResource` on a tmp lake, `TrackerResource` = MLflow on sqlite + Iceberg, and
+`PipesSubprocessClient`, which starts `python -m factory.train` as a child process):
+
+- kill -9 and relaunch: with `FACTORY_FAULTS={"kill_at_step": 5}` in the environment (Pipes hands
+  the parent's environment to the child) the trainer SIGKILLs itself after step 5 and the
+  materialization fails with step 3 as the last checkpoint; the relaunch without the fault
+  resumes from step 3, saves steps 6 and 8, reports its summary (final loss, checkpoints, loss
+  curve, card) as metadata, and ends with parameters bit-identical to an uninterrupted
+  materialization in a second home;
+- a lake without the mix, and `checkpoint_every=0`, fail in the asset body: nothing is launched
+  (no `runs/` directory, no MLflow store).
+
+Without Dagster: `python -m factory.train --experiment-json` with an unknown field exits 2 naming
+the field's path; a negative learning rate and heads that do not divide the width fail
+`ExperimentConfig` validation naming `optimizer.lr` and `n_heads`.
+
+Runs on CPU, one intra-op thread per process; no servers, no network. The Dagster and
+subprocess tests are `slow` (~2 min on 2 cores: three training processes of 8, 5 and 5 steps,
+each importing torch and MLflow); the validation tests take milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from dagster import AssetKey, DagsterInstance, PipesSubprocessClient, materialize
+from pydantic import ValidationError
+
+from assets.train import training_run
+from configs.experiments import smoke
+from factory.home import CHECKOUT, artifacts_dir
+from factory.train.checkpoint import checkpoint_dir, checkpoints, latest_valid, load_checkpoint
+from resources import LakeResource, TrackerResource
+
+RUN_CONFIG = {"ops": {"training_run": {"config": {"steps": 8, "checkpoint_every": 3}}}}
+
+
+def materialize_smoke(home, run_config=RUN_CONFIG, instance: DagsterInstance | None = None):
+    return materialize(
+        [training_run], partition_key="smoke",
+        resources={"lake": LakeResource(home=str(home)), "tracker": TrackerResource(),
+                   "pipes_subprocess_client": PipesSubprocessClient(cwd=str(CHECKOUT))},
+        run_config=run_config, instance=instance or DagsterInstance.ephemeral(), raise_on_error=False,
+    )
+
+
+def failure(result) -> str:
+    """The error of the failed `training_run` step, with its causes."""
+    [event] = result.get_step_failure_events()
+    return event.step_failure_data.error.to_string()
+
+
+def metadata(result) -> dict:
+    [event] = [e for e in result.get_asset_materialization_events() if e.asset_key == AssetKey("training_run")]
+    return {k: v.value for k, v in event.materialization.metadata.items()}
+
+
+def run_log(instance: DagsterInstance, result) -> list[str]:
+    """The messages of a Dagster run's log (the child's Pipes log lines among them)."""
+    return [entry.user_message for entry in instance.all_logs(result.run_id)]
+
+
+def final_model(lake) -> tuple[int, dict]:
+    ref = latest_valid(checkpoint_dir(lake.home, "smoke"), log=pytest.fail)
+    assert ref is not None
+    return ref.step, load_checkpoint(ref)["model"]
+
+
+@pytest.mark.slow
+def test_killed_run_relaunches_from_its_last_checkpoint_and_matches_an_uninterrupted_one(make_lake, training_env):
+    killed, straight = make_lake("killed"), make_lake("straight")
+
+    training_env.setenv("FACTORY_FAULTS", json.dumps({"kill_at_step": 5}))
+    first = materialize_smoke(killed.home)
+    assert not first.success
+    assert "process failed with code -9" in failure(first), failure(first)  # -9: killed by SIGKILL
+    assert [r["step"] for r in checkpoints(killed, "smoke")] == [3], "killed after step 5: step 3 is the last save"
+
+    training_env.delenv("FACTORY_FAULTS")
+    instance = DagsterInstance.ephemeral()
+    second = materialize_smoke(killed.home, instance=instance)
+    assert second.success, failure(second)
+    resumed = [m for m in run_log(instance, second) if "resum" in m]
+    assert any("resuming after step 3" in m for m in resumed), resumed
+    meta = metadata(second)
+    assert meta["checkpoints"] == ["ckpt/smoke@6", "ckpt/smoke@8"], "the relaunch saved only what it trained"
+    assert [r["step"] for r in checkpoints(killed, "smoke")] == [3, 6, 8]
+    assert (meta["steps"], meta["skipped_steps"], meta["incidents"]) == (8, 0, 0)
+    assert isinstance(meta["final_loss"], float) and 3.0 < meta["final_loss"] < 6.5, meta["final_loss"]
+    assert meta["loss_curve"].startswith("![") and "data:image/png;base64," in meta["loss_curve"]
+    assert meta["card"].startswith("# Experiment `smoke`") and "| length | 8 steps" in meta["card"]
+    assert meta["mix_version"] == "mix/default@v1"
+
+    third = materialize_smoke(straight.home)
+    assert third.success, failure(third)
+    assert metadata(third)["checkpoints"] == ["ckpt/smoke@3", "ckpt/smoke@6", "ckpt/smoke@8"]
+
+    (step_a, a), (step_b, b) = final_model(killed), final_model(straight)
+    assert step_a == step_b == 8
+    assert a.keys() == b.keys()
+    differ = [k for k in a if not torch.equal(a[k], b[k])]
+    assert differ == [], f"parameters differ between the relaunched and the uninterrupted run: {differ}"
+
+
+@pytest.mark.slow
+def test_bad_configs_fail_in_the_asset_before_any_process_starts(make_lake, training_env):
+    lake = make_lake("nomix", mix=False)  # refined tables and the tokenizer, no mix registered
+    launched = [artifacts_dir(lake.home) / "runs", lake.home / "mlflow"]
+
+    no_mix = materialize_smoke(lake.home)
+    assert not no_mix.success
+    message = failure(no_mix)
+    assert "ExperimentError" in message and "mix: mix 'default' has no registered version" in message, message
+
+    zero = materialize_smoke(lake.home, {"ops": {"training_run": {"config": {"steps": 8, "checkpoint_every": 0}}}})
+    assert not zero.success
+    assert "ValidationError" in failure(zero) and "checkpoint.every" in failure(zero), failure(zero)
+
+    assert [p for p in launched if p.exists()] == [], "a training process was started"
+    assert checkpoints(lake, "smoke") == []
+
+
+@pytest.mark.slow
+def test_cli_rejects_an_unknown_field_with_its_path_and_exit_code_2(tmp_path, training_env):
+    config = smoke().model_dump(mode="json")
+    config["model"]["n_embd"] = 128  # nanoGPT's name for d_model
+    done = subprocess.run([sys.executable, "-m", "factory.train", "--experiment-json", json.dumps(config),
+                           "--home", str(tmp_path)], cwd=CHECKOUT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "factory.train: error:" in done.stderr and "model.n_embd" in done.stderr, done.stderr
+    assert "Extra inputs are not permitted" in done.stderr
+    assert list(tmp_path.iterdir()) == [], "nothing is created for a config that does not parse"
+
+
+def test_negative_learning_rate_names_optimizer_lr():
+    base = smoke()
+    with pytest.raises(ValidationError) as e:
+        base.derive(optimizer={**base.optimizer.model_dump(), "lr": -3e-3})
+    [error] = e.value.errors()
+    assert error["loc"] == ("optimizer", "lr") and error["type"] == "greater_than"
+    assert "optimizer.lr" in str(e.value)
+
+
+def test_heads_not_dividing_the_width_name_n_heads():
+    base = smoke()
+    with pytest.raises(ValidationError) as e:
+        base.derive(model={**base.model.model_dump(), "n_heads": 3})  # d_model 128
+    [error] = e.value.errors()
+    assert error["loc"] == ("model",)
+    assert "n_heads=3 must divide d_model=128" in str(e.value)
