@@ -7,8 +7,8 @@ Every decision that must agree across ranks (skip a step, switch a mix version, 
 checkpoint to resume) is taken on all-reduced values or by rank 0 and broadcast.
 
 Test seam: `FACTORY_FAULTS` (JSON) injects faults at run time — `kill_at_step` (SIGKILL itself
-after that step), `nan_at_steps` (a NaN loss), `corrupt` ({"step", "rank", "param"}: perturb one
-replica's parameter). Nothing else reads the environment.
+after that step), `nan_at_steps` (a NaN loss), `spike_at_steps` (loss x 1000), `corrupt`
+({"step", "rank", "param"}: perturb one replica's parameter). Nothing else reads the environment.
 """
 
 from __future__ import annotations
@@ -112,7 +112,9 @@ def train(plan: Plan, lake: Lake, *, run: str | None = None, run_id: str = "", r
             if exp.replicas.redundant_dry_run and d.active and step % exp.replicas.hash_every == 0:
                 # clone: the broadcast writes into the tensor, and this rank's own batch must stay intact
                 _dry_run(net, model, tokens[: exp.micro_batch].clone(), d, lake, rep, run, step, autocast)
-            loss = _forward_backward(net, tokens, exp.micro_batch, d, autocast, nan=step + 1 in faults.get("nan_at_steps", []))
+            scale = math.nan if step + 1 in faults.get("nan_at_steps", []) else \
+                1e3 if step + 1 in faults.get("spike_at_steps", []) else 1.0
+            loss = _forward_backward(net, tokens, exp.micro_batch, d, autocast, scale)
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), exp.optimizer.grad_clip or math.inf).item()
             verdict = guards.judge(loss, grad_norm)
             lr = lr_at(step, plan.steps, exp.optimizer.lr, exp.schedule)
@@ -185,7 +187,7 @@ def _wrap(model: torch.nn.Module, exp, d: Dist) -> torch.nn.Module:
     return torch.compile(net) if exp.compile else net
 
 
-def _forward_backward(net, tokens: torch.Tensor, micro: int, d: Dist, autocast, nan: bool = False) -> float:
+def _forward_backward(net, tokens: torch.Tensor, micro: int, d: Dist, autocast, scale: float = 1.0) -> float:
     """Accumulate gradients over micro-batches; the all-reduced mean loss."""
     chunks = tokens.split(micro)
     total = torch.zeros((), device=tokens.device)
@@ -194,8 +196,8 @@ def _forward_backward(net, tokens: torch.Tensor, micro: int, d: Dist, autocast, 
         with (contextlib.nullcontext() if sync else net.no_sync()), autocast:
             logits = net(chunk[:, :-1])
             loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), chunk[:, 1:].reshape(-1)) / len(chunks)
-            if nan:
-                loss = loss * float("nan")
+            if scale != 1.0:  # fault injection only
+                loss = loss * scale
         loss.backward()
         total += loss.detach()
     return d.mean(total).item()

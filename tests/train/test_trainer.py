@@ -141,6 +141,28 @@ def test_nan_step_is_skipped_recorded_and_the_run_finishes(shared_lake, reporter
     assert updates == {5.0}, f"optimizer steps per parameter: {updates}"
 
 
+def test_spike_rolls_back_to_the_last_checkpoint(shared_lake, reporter, training_env):
+    """A loss x1000 at step 9 (window 5, action rollback; 50 sigma, far above the early-training
+    grad-norm swings a 5-step window sees): the step is not applied and the weights and optimizer
+    go back to checkpoint 8, so the step-9 checkpoint equals step 8's."""
+    training_env.setenv("FACTORY_FAULTS", json.dumps({"spike_at_steps": [9]}))
+    lake, run = shared_lake, "spike"
+    exp = experiment(steps=9, every=4, keep_last=5).derive(
+        guards={"spike_window": 5, "spike_sigma": 50, "spike_action": "rollback"})
+    result = train(plan_experiment(lake, exp), lake, run=run, reporter=reporter)
+
+    rows = lake.table("train.incidents").scan(row_filter=EqualTo("run", run)).to_arrow().to_pylist()
+    assert (result.steps, result.skipped_steps, result.incidents) == (9, 1, 1)
+    [incident] = rows
+    assert (incident["step"], incident["kind"], json.loads(incident["detail"])["action"]) == (9, "spike", "rollback")
+    assert any("rolled back to ckpt/spike@8" in w for w in reporter.warnings), reporter.warnings
+    rows = {r["step"]: r for r in checkpoints(lake, run)}
+    assert sorted(rows) == [4, 8, 9]
+    at8 = torch.load(rows[8]["uri"].removeprefix("file://"), weights_only=True)
+    at9 = torch.load(rows[9]["uri"].removeprefix("file://"), weights_only=True)
+    assert all(torch.equal(at8["model"][k], at9["model"][k]) for k in at8["model"])
+
+
 def test_truncated_latest_checkpoint_is_skipped_with_a_warning(shared_lake, reporter, training_env):
     lake, run = shared_lake, "truncated"
     first = train(plan_experiment(lake, experiment(steps=6, every=3)), lake, run=run, reporter=reporter)
