@@ -25,6 +25,7 @@ from factory.experiments.card import render_card
 from factory.home import CHECKOUT
 from factory.train.launch import launch_command
 from resources.lake import LakeResource
+from resources.pipes_reporter import SPEC as PIPES_REPORTER
 from resources.tracker import TrackerResource
 
 experiment_partitions = StaticPartitionsDefinition(sorted(EXPERIMENTS))
@@ -63,7 +64,7 @@ def training_run(context, config: TrainingRunConfig, lake: LakeResource, tracker
                      f"{plan.mix_version}")
     home = str(lake.lake().home)
     completed = pipes_subprocess_client.run(
-        context=context, command=launch_command(plan, home=home, run_id=context.run_id),
+        context=context, command=launch_command(plan, home=home, run_id=context.run_id, reporter=PIPES_REPORTER),
         env={**tracker.env(), "FACTORY_HOME": home}, cwd=str(CHECKOUT),
     )
     result = completed.get_materialize_result()

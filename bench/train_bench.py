@@ -58,7 +58,7 @@ from factory.train.config import CheckpointConfig, TrackerConfig
 from factory.train.guards import Guards
 from factory.train.model import Transformer, flops_per_token, param_groups
 from factory.train.perf import measure_matmul_peak, mfu
-from factory.train.pipes import Silent
+from factory.train.report import Silent
 from factory.train.schedule import lr_at
 from factory.train.tracking import METRICS_TABLE, IcebergMetrics
 from factory.train.trainer import train

@@ -4,7 +4,8 @@
     torchrun --standalone --nproc-per-node 2 -m factory.train --experiment smoke_ddp
 
 The `training_run` asset launches exactly this through Dagster Pipes, passing the validated
-experiment as JSON (`--experiment-json`), so the process trains what the asset planned.
+experiment as JSON (`--experiment-json`), so the process trains what the asset planned, and the
+Pipes reporter by name (`--reporter`), so this package never imports Dagster.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import sys
 from factory.experiments import ExperimentConfig, ExperimentError, plan_experiment
 from factory.lake import Lake
 from factory.train.distributed import shutdown
-from factory.train.pipes import open_reporter
+from factory.train.report import open_reporter
 from factory.train.trainer import train
 
 
@@ -29,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-name", help="run name (default: the experiment name)")
     parser.add_argument("--run-id", default="", help="Dagster run id, for lineage")
     parser.add_argument("--home", help="FACTORY_HOME")
+    parser.add_argument("--reporter", help="module:function, a context manager yielding a Reporter (default: terminal)")
     args = parser.parse_args(argv)
 
     try:
@@ -44,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"factory.train: error: {e}", file=sys.stderr)
         return 2
 
-    with open_reporter(int(os.environ.get("RANK", "0"))) as reporter:
+    with open_reporter(int(os.environ.get("RANK", "0")), args.reporter) as reporter:
         try:
             result = train(plan, lake, run=args.run_name, run_id=args.run_id, reporter=reporter)
         finally:

@@ -12,10 +12,11 @@ import sys
 from factory.experiments.spec import Plan
 
 
-def launch_command(plan: Plan, *, home: str, run_id: str = "", run: str | None = None) -> list[str]:
+def launch_command(plan: Plan, *, home: str, run_id: str = "", run: str | None = None,
+                   reporter: str | None = None) -> list[str]:
     parallel = plan.experiment.parallel
     train = ["-m", "factory.train", "--experiment-json", plan.experiment.model_dump_json(), "--home", home,
-             "--run-id", run_id] + (["--run-name", run] if run else [])
+             "--run-id", run_id] + (["--run-name", run] if run else []) + (["--reporter", reporter] if reporter else [])
     if parallel.world_size == 1:
         return [sys.executable, *train]
     if parallel.nnodes > 1:

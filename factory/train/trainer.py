@@ -35,8 +35,8 @@ from factory.train.distributed import Dist, init_distributed
 from factory.train.guards import Guards, Verdict
 from factory.train.model import Transformer, flops_per_token, param_groups
 from factory.train.perf import measure_matmul_peak, mfu
-from factory.train.pipes import Reporter
 from factory.train.plot import loss_curve_png, png_markdown
+from factory.train.report import Reporter
 from factory.train.schedule import lr_at
 from factory.train.tracking import build_tracker, record_incident
 
@@ -69,19 +69,16 @@ def train(plan: Plan, lake: Lake, *, run: str | None = None, run_id: str = "", r
     model = Transformer(plan.model).to(d.device)
     optimizer = torch.optim.AdamW(param_groups(model, exp.optimizer), lr=exp.optimizer.lr,
                                   betas=exp.optimizer.betas, eps=exp.optimizer.eps)
-    guards = Guards(exp.guards)
     directory = ckpt.checkpoint_dir(lake.home, run)
     resume = _resume(d, directory, model, optimizer, rep)
-    step, loader_state, previous = (0, None, None) if resume is None else resume
-    if resume is not None:
-        guards = Guards(exp.guards, loader_state.pop("_guards"))
+    step, loader_state, guard_state, previous = resume or (0, None, None, None)
+    guards = Guards(exp.guards, guard_state)
     if d.main:
         directory.mkdir(parents=True, exist_ok=True)
         (directory.parent / "card.md").write_text(render_card(plan))
 
-    mix_ref = loader_state["version"] if loader_state else plan.mix_version
     loader = MixLoader(
-        lake, mix_ref,
+        lake, plan.mix_version,  # a resumed loader continues on the version in its state
         LoaderConfig(global_batch=exp.global_batch, num_shards=exp.loader_shards, seed=exp.seed,
                      num_workers=exp.loader_workers, follow=exp.follow_mix and "@" not in exp.mix,
                      poll_every=exp.checkpoint.every),
@@ -250,7 +247,7 @@ def _corrupt(faults: dict, model, d: Dist, step: int) -> None:
 
 
 def _resume(d: Dist, directory: Path, model, optimizer, rep: Reporter):
-    """(step, loader state with guards under `_guards`, checkpoint id) of the latest valid checkpoint."""
+    """(step, loader state, guard state, checkpoint id) of the latest valid checkpoint, or None."""
     ref = ckpt.latest_valid(directory, rep.warn) if d.main and directory.exists() else None
     ref = d.broadcast_object(ref)
     if ref is None:
@@ -260,7 +257,7 @@ def _resume(d: Dist, directory: Path, model, optimizer, rep: Reporter):
     optimizer.load_state_dict(payload["optimizer"])
     torch.set_rng_state(payload["rng"])
     rep.log(f"resumed from {ref.path} (step {ref.step})")
-    return payload["step"], {**payload["loader"], "_guards": payload["guards"]}, ref.checkpoint_id
+    return payload["step"], payload["loader"], payload["guards"], ref.checkpoint_id
 
 
 def _rollback(d: Dist, directory: Path, model, optimizer, rep: Reporter, step: int) -> None:

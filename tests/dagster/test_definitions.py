@@ -32,9 +32,7 @@ def test_factory_never_imports_dagster_statically():
                 names = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module:
                 names = [node.module]
-            # dagster_pipes is the protocol package for code in *other* processes (the trainer)
-            offenders += [f"{path.relative_to(ROOT)}: {n}" for n in names
-                          if n.split(".")[0].startswith("dagster") and n.split(".")[0] != "dagster_pipes"]
+            offenders += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0].startswith("dagster")]
     assert offenders == []
 
 

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from factory.lake import Lake
-from factory.train.pipes import Reporter
+from factory.train.report import Reporter
 
 CODE = {"refined.python_stdlib": ["json", "email", "xml"],  # 55 modules
         "refined.site_packages": ["urllib", "http", "logging", "importlib"]}  # 37 modules
