@@ -30,3 +30,11 @@ def artifacts_dir(home: Path) -> Path:
 
 def dagster_home(home: Path) -> Path:
     return home / "dagster"
+
+
+def uri_to_path(uri: str) -> Path:
+    """The local path of a `file://` URI (percent-decoded: `Path.as_uri()` encodes `@` and spaces),
+    or `uri` itself when it is a plain path."""
+    from urllib.parse import unquote, urlparse
+
+    return Path(unquote(urlparse(uri).path)) if uri.startswith("file://") else Path(uri)

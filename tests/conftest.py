@@ -3,7 +3,11 @@
 
 `corpus` builds refined-like tables (the `REFINED_DOCUMENTS` schema) from real standard-library
 text — the modules of a few packages as code, top-level modules' docstrings as prose — and commits
-them to a lake; the mix, tokenizer, Dagster mix-asset and `factory mix` CLI tests all use it."""
+them to a lake; the mix, tokenizer, Dagster mix-asset and `factory mix` CLI tests all use it.
+
+`build_training_lake(home)` adds a 512-token BPE `default` and mix `default` (what
+`configs.experiments.smoke()` asks for); `trained_checkpoints` trains a shortened smoke run on
+such a lake once per session, for the export, inference, eval and eval-asset tests."""
 
 from __future__ import annotations
 
@@ -80,3 +84,79 @@ def lake(tmp_path):
     """An empty embedded lake with `FACTORY_HOME` = `tmp_path` (its state lives in `tmp_path/lake`;
     put test inputs in another subdirectory)."""
     return Lake.open(home=tmp_path)
+
+
+# The packages are chosen so that every one of the smoke experiment's 8 logical loader shards holds
+# training documents of every source (shards are drawn from document-id hashes; a source with an
+# empty shard fails the loader with "has no training documents in logical shard ...").
+CODE = {"refined.python_stdlib": ["json", "email", "xml"],  # 55 modules
+        "refined.site_packages": ["urllib", "http", "logging", "importlib"]}  # 37 modules
+DOCS = "refined.package_docs"  # 40 module docstrings
+
+
+def _build_training_lake(home: Path, corpus: Corpus, *, tokenizer: bool = True, mix: bool = True,
+                         heldout_fraction: float | None = None) -> Lake:
+    """The refined tables at `home`, then (optionally) the tokenizer, then (optionally) mix `default`
+    v1 (with `heldout_fraction` instead of the spec's, when given). ~3 s on CPU."""
+    from configs.mixes import mix_spec
+    from factory.mix import register_mix_version
+    from factory.tokenize import TokenizerConfig, train_tokenizer
+
+    lake = Lake.open(home=home)
+    for table, packages in CODE.items():
+        corpus.write(lake, table, corpus.code(table, packages))
+    corpus.write(lake, DOCS, corpus.docstrings(DOCS, count=40))
+    if tokenizer:
+        train_tokenizer(lake, TokenizerConfig(name="default", vocab_size=512, sources=[*CODE, DOCS],
+                                              sample_bytes_per_source=200_000, measure_bytes_per_source=50_000))
+    if tokenizer and mix:
+        spec = mix_spec("default")
+        if heldout_fraction is not None:
+            spec = type(spec).model_validate({**spec.model_dump(), "heldout_fraction": heldout_fraction})
+        register_mix_version(lake, spec)
+    return lake
+
+
+@pytest.fixture(scope="session")
+def build_training_lake(corpus):
+    """`build_training_lake(home, tokenizer=True, mix=True, heldout_fraction=None)` -> Lake."""
+    return lambda home, **kw: _build_training_lake(Path(home), corpus, **kw)
+
+
+class TrainedRun:
+    """A shortened smoke run (8 steps, a checkpoint and an eval every 4) on a lake whose mix holds
+    out 25 % of the documents, so every source has held-out text to score."""
+
+    run = "evalsmoke"
+    steps, every = 8, 4
+
+    def __init__(self, lake: Lake):
+        self.lake = lake
+        self.checkpoint_ids = [f"ckpt/{self.run}@{s}" for s in range(self.every, self.steps + 1, self.every)]
+
+    @staticmethod
+    def experiment():
+        from configs.experiments import smoke
+        from factory.train.config import CheckpointConfig
+
+        return smoke().derive(name=TrainedRun.run, steps=TrainedRun.steps, eval_every=TrainedRun.every,
+                              eval_suite="quick", checkpoint=CheckpointConfig(every=TrainedRun.every, keep_last=5),
+                              tracker={"backends": ["iceberg"]})
+
+
+@pytest.fixture(scope="session")
+def trained_checkpoints(tmp_path_factory, build_training_lake) -> TrainedRun:
+    """Train `TrainedRun` once per session (~10 s on CPU, one thread)."""
+    import torch
+
+    from factory.experiments import plan_experiment
+    from factory.train.trainer import train
+
+    lake = build_training_lake(tmp_path_factory.mktemp("trained") / "home", heldout_fraction=0.25)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        train(plan_experiment(lake, TrainedRun.experiment()), lake, run=TrainedRun.run)
+    finally:
+        torch.set_num_threads(threads)
+    return TrainedRun(lake)

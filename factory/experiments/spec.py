@@ -52,6 +52,7 @@ class ExperimentConfig(BaseModel):
     compile: bool = Field(False, description="torch.compile the model (execution choice).")
     checkpoint: CheckpointConfig = CheckpointConfig()
     eval_every: int = Field(100, ge=1, description="Steps between evaluations (the eval sensor reads this).")
+    eval_suite: str = Field("default", description="Eval suite of configs/evals.py run on those checkpoints.")
     seed: int = 0
     parallel: ParallelConfig = ParallelConfig()
     guards: GuardConfig = GuardConfig()
@@ -83,7 +84,7 @@ class ExperimentConfig(BaseModel):
     def identity_hash(self) -> str:
         """Hash of what changes the result (execution choices excluded)."""
         return config_hash(self.model_dump(mode="json", exclude={"compile", "loader_workers", "parallel", "tracker",
-                                                                  "description"}))
+                                                                  "description", "eval_suite"}))
 
 
 class Plan(BaseModel):

@@ -139,3 +139,33 @@ TRAIN_INCIDENTS = Schema(
     NestedField(4, "detail", StringType(), required=True, doc="JSON: ranks, parameters, values, action"),
     NestedField(5, "created_at", TimestamptzType(), required=True),
 )
+
+# One row per (eval, task, metric): the scores of one checkpoint's export under one suite.
+EVAL_RESULTS = Schema(
+    NestedField(1, "eval_id", StringType(), required=True, doc="eval/<run>@<step>/<suite>"),
+    NestedField(2, "checkpoint_id", StringType(), required=True),
+    NestedField(3, "export_id", StringType(), required=True),
+    NestedField(4, "run", StringType(), required=True),
+    NestedField(5, "step", LongType(), required=True),
+    NestedField(6, "tokens", LongType(), required=True, doc="tokens the checkpoint trained on"),
+    NestedField(7, "suite", StringType(), required=True),
+    NestedField(8, "task", StringType(), required=True, doc="task label, e.g. bpb, humaneval, line_completion"),
+    NestedField(9, "metric", StringType(), required=True, doc="e.g. pass@1, exact_match, or a source table for bpb"),
+    NestedField(10, "value", DoubleType(), required=True),
+    NestedField(11, "n", LongType(), required=True, doc="items the value averages over"),
+    NestedField(12, "stderr", DoubleType(), required=False, doc="standard error of the value"),
+    NestedField(13, "engine", StringType(), required=True, doc="inference engine (vllm, transformers)"),
+    NestedField(14, "config_hash", StringType(), required=True, doc="hash of the suite config"),
+    NestedField(15, "created_at", TimestamptzType(), required=True),
+)
+
+# Per-item outcomes behind the scores: which problem passed, what the model wrote, why it failed.
+EVAL_SAMPLES = Schema(
+    NestedField(1, "eval_id", StringType(), required=True),
+    NestedField(2, "task", StringType(), required=True),
+    NestedField(3, "item", StringType(), required=True, doc="problem id, file:line, source:path"),
+    NestedField(4, "reference", StringType(), required=False, doc="expected output where there is one"),
+    NestedField(5, "completion", StringType(), required=False, doc="what the model produced (truncated)"),
+    NestedField(6, "outcome", StringType(), required=True, doc="passed, failed, timeout, oom, crashed, match, miss, scored"),
+    NestedField(7, "score", DoubleType(), required=True),
+)

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from factory.data.split import DEFAULT_HELDOUT_FRACTION, doc_hashes, heldout_mask, uniform
-from factory.home import artifacts_dir
+from factory.home import artifacts_dir, uri_to_path
 from factory.lake import Lake
 from factory.lake.lineage import LineageRecord, table_version_id
 from factory.lake.scan import pin_snapshot, stream_snapshot
@@ -217,7 +217,7 @@ def bytes_per_token(tokenizer: Tokenizer, texts: list[str]) -> float:
 
 def load_tokenizer(path: str) -> Tokenizer:
     """A tokenizer from an artifact directory, its `tokenizer.json`, or a `file://` URI of either."""
-    p = Path(path.removeprefix("file://"))
+    p = uri_to_path(path)
     file = p / "tokenizer.json" if p.is_dir() else p
     if not file.exists():
         raise TokenizerError(f"tokenizer file {file} does not exist")
@@ -230,5 +230,5 @@ def latest_tokenizer(lake: Lake, name: str) -> TokenizerArtifact:
     if not records:
         raise TokenizerError(f"no tokenizer named {name!r} in the lake: materialize the tokenizer asset first")
     record = records[-1]
-    path = record.uri.removeprefix("file://") if record.uri else ""
+    path = str(uri_to_path(record.uri)) if record.uri else ""
     return TokenizerArtifact(name=name, version_id=record.version_id, path=path, **record.metadata)

@@ -1,21 +1,13 @@
 """Fixtures for the training tests: a lake the `smoke` experiment can train on, and a reporter
 that keeps what the trainer says.
 
-`make_lake(name)` (or `shared_lake`, one per module) builds, under the test's tmp dir, a real
-embedded lake (sqlite catalog, `file://` warehouse) holding refined.python_stdlib,
-refined.site_packages and refined.package_docs made from standard-library text by the shared
-`corpus` fixture, a 512-token BPE `default` trained on them, and mix `default` registered from
-configs/mixes/default.yaml — what `configs.experiments.smoke()` asks for. ~3 s per lake on CPU.
-
-The packages are chosen so that every one of the smoke experiment's 8 logical loader shards holds
-training documents of every source (shards are drawn from document-id hashes; a source with an
-empty shard fails the loader with "has no training documents in logical shard ...").
+`make_lake(name)` (or `shared_lake`, one per module) builds, under the test's tmp dir, a training
+lake with the top-level `build_training_lake` fixture (see tests/conftest.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 import torch
@@ -23,40 +15,18 @@ import torch
 from factory.lake import Lake
 from factory.train.report import Reporter
 
-CODE = {"refined.python_stdlib": ["json", "email", "xml"],  # 55 modules
-        "refined.site_packages": ["urllib", "http", "logging", "importlib"]}  # 37 modules
-DOCS = "refined.package_docs"  # 40 module docstrings
-
-
-def build_training_lake(home: Path, corpus, *, tokenizer: bool = True, mix: bool = True) -> Lake:
-    """The refined tables at `home`, then (optionally) the tokenizer, then (optionally) mix `default` v1."""
-    from configs.mixes import mix_spec
-    from factory.mix import register_mix_version
-    from factory.tokenize import TokenizerConfig, train_tokenizer
-
-    lake = Lake.open(home=home)
-    for table, packages in CODE.items():
-        corpus.write(lake, table, corpus.code(table, packages))
-    corpus.write(lake, DOCS, corpus.docstrings(DOCS, count=40))
-    if tokenizer:
-        train_tokenizer(lake, TokenizerConfig(name="default", vocab_size=512, sources=[*CODE, DOCS],
-                                              sample_bytes_per_source=200_000, measure_bytes_per_source=50_000))
-    if tokenizer and mix:
-        register_mix_version(lake, mix_spec("default"))
-    return lake
-
 
 @pytest.fixture
-def make_lake(tmp_path, corpus) -> Callable[..., Lake]:
+def make_lake(tmp_path, build_training_lake) -> Callable[..., Lake]:
     """`make_lake(name, tokenizer=True, mix=True)`: a fresh training lake with home `tmp_path/name`."""
-    return lambda name, **kw: build_training_lake(tmp_path / name, corpus, **kw)
+    return lambda name, **kw: build_training_lake(tmp_path / name, **kw)
 
 
 @pytest.fixture(scope="module")
-def shared_lake(tmp_path_factory, corpus) -> Lake:
+def shared_lake(tmp_path_factory, build_training_lake) -> Lake:
     """One training lake for a test module; its tests keep apart by run name (checkpoints, metrics,
     incidents, lineage and MLflow runs are all keyed by run)."""
-    return build_training_lake(tmp_path_factory.mktemp("shared") / "home", corpus)
+    return build_training_lake(tmp_path_factory.mktemp("shared") / "home")
 
 
 class CollectingReporter(Reporter):
