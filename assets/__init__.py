@@ -1,5 +1,6 @@
 """Thin Dagster assets, one module per stage; asset key prefixes match Iceberg namespaces."""
 
+from assets.evals import checkpoint_export, eval_scores
 from assets.mix import mix
 from assets.raw import raw_assets
 from assets.refine import refine_assets, refine_checks
@@ -8,7 +9,7 @@ from assets.train import training_run
 
 
 def all_assets() -> list:
-    return [*raw_assets(), *refine_assets(), tokenizer, mix, training_run]
+    return [*raw_assets(), *refine_assets(), tokenizer, mix, training_run, checkpoint_export, eval_scores]
 
 
 def all_checks() -> list:

@@ -19,10 +19,12 @@ from dagster import (
     asset,
 )
 
+from assets.evals import checkpoint_key, checkpoint_partitions
 from configs.experiments import EXPERIMENTS, experiment
 from factory.experiments import plan_experiment
 from factory.experiments.card import render_card
 from factory.home import CHECKOUT
+from factory.train.checkpoint import checkpoints
 from factory.train.launch import launch_command
 from resources.lake import LakeResource
 from resources.pipes_reporter import SPEC as PIPES_REPORTER
@@ -36,6 +38,10 @@ class TrainingRunConfig(Config):
     """Override the experiment's length in optimizer steps (e.g. a shorter CI run)."""
     checkpoint_every: Optional[int] = None
     """Override the steps between checkpoints."""
+    eval_every: Optional[int] = None
+    """Override the steps between evaluations (the eval sensor evaluates those checkpoints)."""
+    eval_suite: Optional[str] = None
+    """Override the eval suite (configs/evals.py) run on them."""
 
     def apply(self, exp):
         changes = {}
@@ -43,6 +49,7 @@ class TrainingRunConfig(Config):
             changes |= {"steps": self.steps, "tokens": None}
         if self.checkpoint_every is not None:
             changes["checkpoint"] = exp.checkpoint.model_copy(update={"every": self.checkpoint_every})
+        changes |= {k: v for k, v in (("eval_every", self.eval_every), ("eval_suite", self.eval_suite)) if v is not None}
         return exp.derive(**changes) if changes else exp
 
 
@@ -68,5 +75,9 @@ def training_run(context, config: TrainingRunConfig, lake: LakeResource, tracker
         env={**tracker.env(), "FACTORY_HOME": home}, cwd=str(CHECKOUT),
     )
     result = completed.get_materialize_result()
+    # every checkpoint becomes a partition of checkpoint_export / eval_scores (the sensor adds the
+    # ones it evaluates as they land; this makes the others launchable from the UI)
+    keys = [checkpoint_key(r["checkpoint_id"]) for r in checkpoints(lake.lake(), plan.experiment.name)]
+    context.instance.add_dynamic_partitions(checkpoint_partitions.name, keys)
     return MaterializeResult(metadata={**(result.metadata or {}), "card": MetadataValue.md(card),
                                        "config_hash": plan.config_hash})

@@ -8,6 +8,10 @@
     factory doctor                          # is this machine ready, and how to fix it if not
     factory mix show default                # versions of a mix: pinned snapshots, weights, tokens
     factory mix peek default                # decode one batch exactly as training streams it
+    factory export smoke@120                # HF Llama export of a checkpoint + equivalence check
+    factory eval smoke@120 [--suite quick]  # export, check and evaluate a checkpoint
+    factory evals [--run smoke]             # every eval score, one row per checkpoint
+    factory serve export/smoke@120          # vLLM's OpenAI-compatible server on loopback
 
 `--home PATH` (before or after the command) picks the factory's state directory, else
 $FACTORY_HOME, else `<checkout>/.factory`. The catalog is the embedded one unless
@@ -60,11 +64,12 @@ def main(argv: list[str] | None = None) -> int:
 def _user_error(exc: Exception) -> bool:
     """Errors a user can cause get one line on stderr; anything else is a bug and keeps its traceback."""
     from factory.data.sources import SourceError
+    from factory.infer.export import ExportError
     from factory.lake import LakeError
     from factory.mix import MixError
     from factory.tokenize import TokenizerError
 
-    return isinstance(exc, (LakeError, SourceError, MixError, TokenizerError))
+    return isinstance(exc, (LakeError, SourceError, MixError, TokenizerError, ExportError))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -121,7 +126,37 @@ def build_parser() -> argparse.ArgumentParser:
     peek.add_argument("--rows", type=int, default=2, help="rows to decode (default 2)")
     peek.add_argument("--seed", type=int, default=0)
     peek.set_defaults(run=_mix("peek"))
+
+    engines = ("vllm", "transformers")
+    export = commands.add_parser("export", parents=[home], help="export a checkpoint (HF Llama) and check equivalence")
+    export.add_argument("checkpoint", help="checkpoint id: <run>@<step> or ckpt/<run>@<step>")
+    export.add_argument("--engine", choices=engines, default="vllm", help="engine checked against ours")
+    export.add_argument("--no-check", action="store_true", help="skip the equivalence check")
+    export.set_defaults(run=_evals("export"))
+    evaluate = commands.add_parser("eval", parents=[home], help="export, check and evaluate a checkpoint")
+    evaluate.add_argument("checkpoint", help="checkpoint id: <run>@<step> or ckpt/<run>@<step>")
+    evaluate.add_argument("--suite", help="eval suite of configs/evals.py (default: the experiment's)")
+    evaluate.add_argument("--engine", choices=engines, default="vllm")
+    evaluate.set_defaults(run=_evals("eval"))
+    scores = commands.add_parser("evals", parents=[home], help="eval scores, one row per evaluated checkpoint")
+    scores.add_argument("--run", help="only this run")
+    scores.add_argument("--suite", help="only this suite")
+    scores.set_defaults(run=_evals("evals"))
+    serve = commands.add_parser("serve", parents=[home], help="vLLM's OpenAI-compatible server for an export")
+    serve.add_argument("export", help="export/<run>@<step>, a checkpoint id, or an export directory")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.set_defaults(run=_evals("serve"))
     return parser
+
+
+def _evals(action: str):
+    def run(args: argparse.Namespace, out: Console) -> int:
+        from factory.evals import commands
+
+        return getattr(commands, f"cmd_{action}")(args, out)
+
+    return run
 
 
 def _mix(action: str):

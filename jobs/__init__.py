@@ -2,7 +2,11 @@
 
 from dagster import AssetKey, AssetSelection, define_asset_job
 
+from assets.evals import checkpoint_partitions
 from assets.refine import dedup_asset_keys
+
+# Run-queue priorities (`dagster/priority`, higher starts first): evals jump ahead of training.
+EVAL_PRIORITY = "10"
 
 ingest_job = define_asset_job(
     "ingest_job",
@@ -35,14 +39,23 @@ train_job = define_asset_job(
     tags={"factory/kind": "training"},
 )
 
+eval_job = define_asset_job(
+    "eval_job",
+    selection=AssetSelection.assets(AssetKey("checkpoint_export"), AssetKey("eval_scores")),
+    partitions_def=checkpoint_partitions,
+    description="Export one checkpoint (pick it as the partition), check it against the training model, evaluate it.",
+    tags={"factory/kind": "eval", "dagster/priority": EVAL_PRIORITY},
+)
+
 # Everything unpartitioned, in dependency order; the mix partitions run after it (`make demo`).
 demo_job = define_asset_job(
     "demo_job",
-    selection=AssetSelection.all() - AssetSelection.assets(AssetKey("mix"), AssetKey("training_run")),
+    selection=AssetSelection.all() - AssetSelection.assets(AssetKey("mix"), AssetKey("training_run"),
+                                                           AssetKey("checkpoint_export"), AssetKey("eval_scores")),
     description="Ingest, refine and train the tokenizer on the embedded defaults (what `make demo` runs "
                 "before registering the default mix).",
 )
 
-jobs = [ingest_job, dedup_job, tokenize_job, mix_job, train_job, demo_job]
+jobs = [ingest_job, dedup_job, tokenize_job, mix_job, train_job, eval_job, demo_job]
 
-__all__ = ["dedup_job", "demo_job", "ingest_job", "jobs", "mix_job", "tokenize_job", "train_job"]
+__all__ = ["EVAL_PRIORITY", "dedup_job", "demo_job", "eval_job", "ingest_job", "jobs", "mix_job", "tokenize_job", "train_job"]

@@ -3,6 +3,7 @@
 from dagster import PipesSubprocessClient
 
 from factory.home import CHECKOUT
+from resources.inference import InferenceResource, SandboxResource
 from resources.lake import LakeResource
 from resources.spark import SparkResource
 from resources.tracker import TrackerResource
@@ -15,9 +16,11 @@ def default_resources() -> dict:
         "lake": LakeResource(),
         "spark": SparkResource(),
         "tracker": TrackerResource(),
+        "inference": InferenceResource(),
+        "sandbox": SandboxResource(),
         # At scale: PipesK8sClient (dagster-k8s) launching torchrun pods instead.
         "pipes_subprocess_client": PipesSubprocessClient(cwd=str(CHECKOUT)),
     }
 
 
-__all__ = ["LakeResource", "SparkResource", "TrackerResource", "default_resources"]
+__all__ = ["InferenceResource", "LakeResource", "SandboxResource", "SparkResource", "TrackerResource", "default_resources"]

@@ -1,8 +1,9 @@
-"""Sensors and schedules. Later stages add the checkpoint→eval and synthetic→mix sensors here."""
+"""Sensors and schedules: checkpoint→eval now; the synthetic→mix sensor joins later."""
 
 from dagster import DefaultScheduleStatus, ScheduleDefinition
 
 from jobs import ingest_job
+from sensors.evals import checkpoint_eval_sensor
 
 raw_refresh_schedule = ScheduleDefinition(
     name="raw_refresh_schedule",
@@ -13,6 +14,6 @@ raw_refresh_schedule = ScheduleDefinition(
 )
 
 schedules = [raw_refresh_schedule]
-sensors: list = []
+sensors = [checkpoint_eval_sensor]
 
-__all__ = ["raw_refresh_schedule", "schedules", "sensors"]
+__all__ = ["checkpoint_eval_sensor", "raw_refresh_schedule", "schedules", "sensors"]

@@ -18,7 +18,8 @@ def test_definitions_load_with_an_empty_environment():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={}, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     jobs, assets = out.stdout.strip().splitlines()[-2:]
-    assert "ingest_job" in jobs and "demo_job" in jobs
+    assert "ingest_job" in jobs and "demo_job" in jobs and "eval_job" in jobs
+    assert "checkpoint_export" in assets and "eval_scores" in assets
     for source in ("python_stdlib", "site_packages", "package_docs"):
         assert f"raw/{source}" in assets
 

@@ -1,0 +1,100 @@
+"""`checkpoint_export` and `eval_scores`: one dynamic partition per checkpoint (`<run>@<step>`).
+
+The eval sensor adds a partition and requests a run for every checkpoint whose step is a
+multiple of its experiment's `eval_every`; any other checkpoint can be exported and evaluated
+from the UI once its partition exists (the training asset adds one per checkpoint it wrote).
+
+`checkpoint_export` writes the Hugging Face Llama directory and runs the blocking
+`logits_match` check: ours, transformers and the engine must agree, or `eval_scores` does not
+run — a score of a model that is not the trained model would be worse than no score.
+"""
+
+
+from typing import Optional
+
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    Config,
+    DynamicPartitionsDefinition,
+    MaterializeResult,
+    MetadataValue,
+    asset,
+)
+
+from configs.evals import suite as eval_suite
+from factory.evals import evaluate
+from factory.infer import export_checkpoint, find_checkpoint, find_export
+from factory.infer.equivalence import verify_export
+from resources.inference import InferenceResource, SandboxResource
+from resources.lake import LakeResource
+
+checkpoint_partitions = DynamicPartitionsDefinition(name="checkpoints")
+
+
+def checkpoint_key(checkpoint_id: str) -> str:
+    """Partition key of a checkpoint id: `ckpt/smoke@120` -> `smoke@120`."""
+    return checkpoint_id.removeprefix("ckpt/")
+
+
+@asset(
+    key="checkpoint_export",
+    partitions_def=checkpoint_partitions,
+    group_name="evals",
+    kinds={"huggingface", "pytorch"},
+    check_specs=[AssetCheckSpec("logits_match", asset="checkpoint_export", blocking=True,
+                                description="Logits of ours, transformers' LlamaForCausalLM and the engine (vLLM) "
+                                            "agree in fp32 on a fixed prompt set; greedy generations match.")],
+    op_tags={"factory/kind": "eval"},
+    description="A checkpoint exported to the Hugging Face Llama format (config.json, model.safetensors, "
+                "tokenizer files) at a content-addressed path under artifacts/exports.",
+)
+def checkpoint_export(context: AssetExecutionContext, lake: LakeResource,
+                      inference: InferenceResource) -> MaterializeResult:
+    export = export_checkpoint(lake.lake(), f"ckpt/{context.partition_key}", run_id=context.run_id)
+    context.log.info(f"exported {export.checkpoint_id} to {export.path}; checking equivalence on {inference.kind}")
+    report = verify_export(lake.lake(), export, inference.engine_config())
+    context.log.info(report.summary())
+    return MaterializeResult(
+        metadata={"export_id": export.export_id, "path": MetadataValue.path(str(export.path)),
+                  "sha256": export.sha256, "checkpoint_id": export.checkpoint_id, "mix_version": export.mix_version,
+                  "serve": MetadataValue.md(f"`factory serve {export.export_id}`")},
+        check_results=[AssetCheckResult(
+            check_name="logits_match", passed=report.passed, severity=AssetCheckSeverity.ERROR,
+            metadata={"summary": report.summary(), "problems": MetadataValue.json(report.problems),
+                      "max_logit_diff_transformers": report.max_logit_diff_transformers,
+                      "max_logprob_diff_engine": report.max_logprob_diff_engine})],
+    )
+
+
+class EvalConfig(Config):
+    suite: Optional[str] = None
+    """Eval suite of configs/evals.py; default: the experiment's `eval_suite`."""
+
+
+@asset(
+    key="eval_scores",
+    deps=["checkpoint_export"],
+    partitions_def=checkpoint_partitions,
+    group_name="evals",
+    kinds={"iceberg", "python"},
+    op_tags={"factory/kind": "eval"},
+    description="The eval suite on one checkpoint's export: bits per byte on held-out splits, HumanEval "
+                "pass@k in the sandbox, next-line completion. Scores in evals.results, items in evals.samples.",
+)
+def eval_scores(context: AssetExecutionContext, config: EvalConfig, lake: LakeResource,
+                inference: InferenceResource, sandbox: SandboxResource) -> MaterializeResult:
+    checkpoint = find_checkpoint(lake.lake(), f"ckpt/{context.partition_key}")
+    export = find_export(lake.lake(), checkpoint.checkpoint_id)
+    suite = eval_suite(config.suite or checkpoint.plan.experiment.eval_suite)
+    report = evaluate(lake.lake(), export, inference.engine(export), suite, tokens=checkpoint.ref.tokens,
+                      sandbox_config=sandbox.config(), log=context.log.info, run_id=context.run_id,
+                      partition=context.partition_key)
+    headline = {f"{r['task']}/{r['metric']}": MetadataValue.float(r["value"]) for r in report.rows}
+    return MaterializeResult(metadata={
+        "eval_id": report.eval_id, "scores": MetadataValue.md(report.table), **headline,
+        "seconds": MetadataValue.json(report.seconds), "details": MetadataValue.json(report.metadata),
+        "snapshot_id": report.snapshot_id, "lineage": MetadataValue.md(f"`factory lineage {report.eval_id}`"),
+    })

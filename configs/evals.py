@@ -1,0 +1,36 @@
+"""Eval suites: which tasks run on every evaluated checkpoint (an experiment names its suite).
+
+`default` is sized for a smoke model on two CPU cores (about a minute after the engine starts):
+bits per byte on 32 held-out documents of every source, HumanEval greedy pass@1 on all 164
+problems plus sampled pass@1/pass@5 on the first 32, and 200 next-line completions. `quick` is
+the same tasks on a sliver, for tests and the end-to-end sensor check.
+"""
+
+from factory.evals import SuiteConfig
+
+
+def default() -> SuiteConfig:
+    return SuiteConfig(name="default", tasks=[
+        {"task": "bpb", "max_docs": 32},
+        {"task": "line_completion", "max_examples": 200},
+        {"task": "humaneval"},
+        {"task": "humaneval", "name": "humaneval_sampled", "samples": 5, "temperature": 0.8, "k": (1, 5),
+         "max_problems": 32},
+    ])
+
+
+def quick() -> SuiteConfig:
+    return SuiteConfig(name="quick", tasks=[
+        {"task": "bpb", "max_docs": 4, "max_bytes_per_doc": 1024},
+        {"task": "line_completion", "max_examples": 16},
+        {"task": "humaneval", "max_problems": 8, "max_tokens": 48},
+    ])
+
+
+SUITES = {"default": default, "quick": quick}
+
+
+def suite(name: str) -> SuiteConfig:
+    if name not in SUITES:
+        raise ValueError(f"unknown eval suite {name!r}; defined in configs/evals.py: {sorted(SUITES)}")
+    return SUITES[name]()

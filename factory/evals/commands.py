@@ -1,0 +1,93 @@
+"""`factory export | eval | evals | serve`: the inference and eval stages from the shell (no Dagster).
+
+`export` and `eval` are the calls the `checkpoint_export` / `eval_scores` assets make (export,
+equivalence check, suite), so a researcher can reproduce a sensor-launched eval by hand; `eval`
+refuses to score an export that fails the equivalence check. `serve` starts vLLM's
+OpenAI-compatible server on loopback for an export.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from rich.console import Console
+from rich.table import Table as RichTable
+
+
+def _lake(args):
+    from factory.cli import open_lake
+
+    return open_lake(args)
+
+
+def cmd_export(args, out: Console) -> int:
+    from factory.infer import EngineConfig, export_checkpoint
+    from factory.infer.equivalence import verify_export
+
+    lake = _lake(args)
+    export = export_checkpoint(lake, args.checkpoint, asset_key="cli")
+    out.print(f"{export.export_id}: {export.path} (sha256 {export.sha256[:12]})")
+    if not args.no_check:
+        report = verify_export(lake, export, EngineConfig(kind=args.engine))
+        out.print(report.summary())
+        for problem in report.problems:
+            out.print(f"  - {problem}")
+        return 0 if report.passed else 2
+    return 0
+
+
+def cmd_eval(args, out: Console) -> int:
+    from configs.evals import suite as eval_suite
+    from factory.evals import evaluate
+    from factory.infer import EngineConfig, ExportError, export_checkpoint, find_checkpoint, open_engine
+    from factory.infer.equivalence import verify_export
+
+    lake = _lake(args)
+    checkpoint = find_checkpoint(lake, args.checkpoint)
+    suite = eval_suite(args.suite or checkpoint.plan.experiment.eval_suite)
+    export = export_checkpoint(lake, checkpoint.checkpoint_id, asset_key="cli")
+    config = EngineConfig(kind=args.engine)
+    report = verify_export(lake, export, config)
+    out.print(report.summary())
+    if not report.passed:
+        raise ExportError(f"{export.export_id} failed the equivalence check: {'; '.join(report.problems)}")
+    result = evaluate(lake, export, open_engine(export, config), suite, tokens=checkpoint.ref.tokens,
+                      log=lambda m: out.print(f"[dim]{m}[/dim]"))
+    out.print(f"\n{result.eval_id}\n")
+    out.print(result.table)
+    return 0
+
+
+def cmd_evals(args, out: Console) -> int:
+    from factory.evals import results
+
+    rows = results(_lake(args), args.run, args.suite)
+    if not rows:
+        out.print("no eval results yet (they appear when the eval sensor or `factory eval` scores a checkpoint)")
+        return 0
+    columns = sorted({(r["task"], r["metric"]) for r in rows})
+    table = RichTable("run", "step", "tokens", *[f"{t}\n{m}" for t, m in columns])
+    by_eval: dict[str, dict] = {}
+    for r in rows:
+        by_eval.setdefault(r["eval_id"], {"run": r["run"], "step": r["step"], "tokens": r["tokens"]})[
+            (r["task"], r["metric"])] = r["value"]
+    for e in sorted(by_eval.values(), key=lambda e: (e["run"], e["step"])):
+        table.add_row(e["run"], str(e["step"]), f"{e['tokens']:,}",
+                      *[f"{e[c]:.4f}" if c in e else "-" for c in columns])
+    out.print(table)
+    return 0
+
+
+def cmd_serve(args, out: Console) -> int:
+    """Replace this process with vLLM's OpenAI-compatible server for the export."""
+    from factory.infer import find_export
+    from factory.infer.vllm_engine import server_command, server_environment
+
+    export = find_export(_lake(args), args.export)
+    command = server_command(export, host=args.host, port=args.port)
+    out.print(f"serving {export.export_id} ({export.path}) at http://{args.host}:{args.port}/v1 as model "
+              f"{export.export_id!r}")
+    sys.stdout.flush()
+    os.execvpe(command[0], command, server_environment())
+    return 0  # pragma: no cover - exec does not return
