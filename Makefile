@@ -44,6 +44,9 @@ demo: setup
 	@$(BIN)/factory drops
 	@$(BIN)/factory mix show default
 	@$(BIN)/factory sql "select checkpoint_id, step, tokens, round(loss, 3) as loss, mix_version from train.checkpoints where run = 'smoke' order by step"
+	$(BIN)/dagster asset materialize -m definitions --select checkpoint_export,eval_scores --partition smoke@120
+	@$(BIN)/factory evals --run smoke
+	@$(BIN)/factory lineage eval/smoke@120/default
 	@echo
 	@echo "Browse these runs, assets, metadata and lineage in the web UI: make ui  (http://127.0.0.1:3000)"
 	@echo "Query the lake: $(BIN)/factory sql \"select source, count(*) from raw.python_stdlib group by 1\""

@@ -78,10 +78,17 @@ def check_java() -> Check:
 
 
 def check_bwrap() -> Check:
+    """bubblewrap present, and the sandbox's own probe (namespaces, version) passes."""
     output = _run(["bwrap", "--version"])
     if output is None:
         return Check("bubblewrap (sandbox)", "fail", "`bwrap` not found: code evals cannot run sandboxed",
                      "apt-get install -y bubblewrap")
+    from factory.sandbox import SandboxUnavailable, check_available
+
+    try:
+        check_available()
+    except SandboxUnavailable as exc:
+        return Check("bubblewrap (sandbox)", "fail", str(exc), "see the message; the sandbox refuses to run")
     return Check("bubblewrap (sandbox)", "ok", output.strip())
 
 

@@ -70,6 +70,7 @@ class Engine(abc.ABC):
 
         self.export, self.config = export, config
         self.tokenizer = PreTrainedTokenizerFast.from_pretrained(str(export.path))
+        self.tokenizer.model_max_length = 1 << 30  # callers fit ids to the context themselves (`fit`)
         self.max_len = int(AutoConfig.from_pretrained(str(export.path)).max_position_embeddings)
 
     def encode(self, text: str) -> list[int]:

@@ -49,9 +49,14 @@ class VLLMEngine(Engine):
         from vllm import LLM
 
         kwargs = {"gpu_memory_utilization": config.gpu_memory_utilization} if torch.cuda.is_available() else {}
+        # No chunked prefill: vLLM rewinds a seeded request's generator when it discards the token
+        # sampled after a partial prefill, and CPU generators have no offset to rewind
+        # ("CPU Generator does not use offset"). Whole prompts per step (a budget of one full
+        # context per scheduled sequence) keep per-request seeds — reproducible sampling — working.
         self.llm = LLM(model=str(export.path), tokenizer=str(export.path), dtype=config.dtype, enforce_eager=True,
                        max_model_len=self.max_len, max_num_seqs=config.max_num_seqs, seed=config.seed,
-                       max_logprobs=TOP_LOGPROBS, **kwargs)
+                       max_logprobs=TOP_LOGPROBS, enable_chunked_prefill=False,
+                       max_num_batched_tokens=self.max_len * config.max_num_seqs, **kwargs)
 
     def _run(self, sequences: list[list[int]], params) -> list:
         return self.llm.generate([{"prompt_token_ids": s} for s in sequences], params, use_tqdm=False)
