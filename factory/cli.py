@@ -139,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--engine", choices=engines, default="vllm")
     evaluate.set_defaults(run=_evals("eval"))
     scores = commands.add_parser("evals", parents=[home], help="eval scores, one row per evaluated checkpoint")
-    scores.add_argument("--run", help="only this run")
+    scores.add_argument("--run", dest="run_name", help="only this run")
     scores.add_argument("--suite", help="only this suite")
     scores.set_defaults(run=_evals("evals"))
     serve = commands.add_parser("serve", parents=[home], help="vLLM's OpenAI-compatible server for an export")
@@ -363,10 +363,17 @@ def _json_or_str(value: Any) -> str:
     return json.dumps(value, default=str) if isinstance(value, (list, dict)) else str(value)
 
 
-def _grow(tree, nodes: list[dict[str, Any]]) -> None:
+def _grow(tree, nodes: list[dict[str, Any]], shown: set[str] | None = None) -> None:
+    """Add `nodes` and their upstream; a version already drawn (lineage is a DAG: checkpoints share
+    a mix, tables share a tokenizer) is drawn once more without its subtree."""
+    shown = set() if shown is None else shown
     for node in nodes:
         label = f"{node['version_id']}  {node['kind']}  {node.get('created_at', '')}".rstrip()
-        _grow(tree.add(Text(label)), node["upstream"])
+        if node["version_id"] in shown and node["upstream"]:
+            tree.add(Text(f"{label}  (upstream shown above)"))
+            continue
+        shown.add(node["version_id"])
+        _grow(tree.add(Text(label)), node["upstream"], shown)
 
 
 # -- tables -----------------------------------------------------------------------------------

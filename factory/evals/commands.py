@@ -62,7 +62,7 @@ def cmd_eval(args, out: Console) -> int:
 def cmd_evals(args, out: Console) -> int:
     from factory.evals import results
 
-    rows = results(_lake(args), args.run, args.suite)
+    rows = results(_lake(args), args.run_name, args.suite)
     if not rows:
         out.print("no eval results yet (they appear when the eval sensor or `factory eval` scores a checkpoint)")
         return 0
