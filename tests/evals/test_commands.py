@@ -1,0 +1,35 @@
+"""`factory export | eval | evals` in process on the session's trained checkpoint: the equivalence
+summary, the score table, and errors that name the checkpoint with exit code 1. CPU."""
+
+from factory.cli import main
+
+
+def test_eval_prints_the_check_and_the_scores_then_evals_lists_them(trained_checkpoints, capsys):
+    home = str(trained_checkpoints.lake.home)
+    assert main(["eval", "evalsmoke@8", "--suite", "quick", "--home", home]) == 0
+    out = capsys.readouterr().out
+    assert "ours / transformers / vllm agree" in out and "eval/evalsmoke@8/quick" in out
+    assert "| humaneval | pass@1 |" in out
+    assert main(["evals", "--run", "evalsmoke", "--home", home]) == 0
+    listed = capsys.readouterr().out
+    assert "evalsmoke" in listed and "pass@1" in listed
+
+
+def test_export_checks_by_default(trained_checkpoints, capsys):
+    home = str(trained_checkpoints.lake.home)
+    assert main(["export", "evalsmoke@8", "--engine", "transformers", "--home", home]) == 0
+    out = capsys.readouterr().out
+    assert "export/evalsmoke@8:" in out and "ours / transformers / transformers agree" in out
+
+
+def test_unknown_checkpoint_exits_1_naming_it(trained_checkpoints, capsys):
+    home = str(trained_checkpoints.lake.home)
+    assert main(["export", "evalsmoke@3", "--home", home]) == 1
+    assert "ckpt/evalsmoke@3: not in train.checkpoints" in capsys.readouterr().err
+    assert main(["serve", "export/none@1", "--home", home]) == 1
+    assert "export/none@1: not found in lineage" in capsys.readouterr().err
+
+
+def test_evals_on_an_empty_lake_says_how_scores_appear(tmp_path, capsys):
+    assert main(["evals", "--home", str(tmp_path)]) == 0
+    assert "no eval results yet" in capsys.readouterr().out
