@@ -154,8 +154,10 @@ def interpreter_mounts(roots: tuple[str, ...]) -> list[str]:
     Parents are created 0755 on purpose: bubblewrap would make them 0700, and the program's
     unprivileged uid could then not reach an interpreter that lives under /root (pyenv) or /home.
     """
-    covered = {"/" + name for name in _SYSTEM_DIRS + _SYSTEM_LINKS} | {"/proc", "/dev", "/tmp"}
-    created: set[str] = set()
+    # Only host binds cover a root. /tmp and /dev/shm are the sandbox's own tmpfs: an interpreter
+    # under the host's /tmp (a CI checkout in /tmp) must be bound on top of it, or it vanishes.
+    covered = {"/" + name for name in _SYSTEM_DIRS + _SYSTEM_LINKS}
+    created: set[str] = {"/tmp", "/dev", "/dev/shm", "/proc"}  # exist already; never re-create them
     args: list[str] = []
     for root in roots:
         if _under(root, covered):

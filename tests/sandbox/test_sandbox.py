@@ -394,3 +394,14 @@ def test_sandbox_module_never_imports_dagster():
     code = "import sys, factory.sandbox; sys.exit('dagster' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], cwd=REPO).returncode == 0
 
+
+
+def test_an_interpreter_under_the_hosts_tmp_is_bound_over_the_private_tmp(tmp_path):
+    """A checkout (and its venv) under /tmp, as CI clones are: the sandbox's own /tmp must not hide it."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    assert str(venv).startswith("/tmp/")
+    result = Sandbox(SandboxConfig(workers=1, python=str(venv / "bin" / "python"))).run(
+        "import sys; print(sys.prefix)")
+    assert result.outcome is Outcome.PASSED, result.stderr
+    assert result.stdout.strip() == str(venv)
