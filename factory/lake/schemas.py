@@ -169,3 +169,38 @@ EVAL_SAMPLES = Schema(
     NestedField(6, "outcome", StringType(), required=True, doc="passed, failed, timeout, oom, crashed, match, miss, scored"),
     NestedField(7, "score", DoubleType(), required=True),
 )
+
+# Accepted rows of a synthetic pipeline: the refined-document columns the loader streams (doc_id,
+# text, bytes, ...) plus per-row provenance.
+SYNTHETIC_DOCUMENTS = Schema(
+    NestedField(1, "doc_id", StringType(), required=True, doc="sha256 of pipeline, seed id and text (24 hex)"),
+    NestedField(2, "source", StringType(), required=True, doc="pipeline name"),
+    NestedField(3, "path", StringType(), required=True, doc="seed id"),
+    NestedField(4, "text", StringType(), required=True, doc="the training text"),
+    NestedField(5, "language", StringType(), required=True),
+    NestedField(6, "kind", StringType(), required=True, doc="code or prose"),
+    NestedField(7, "bytes", LongType(), required=True),
+    NestedField(8, "content_sha256", StringType(), required=True),
+    NestedField(9, "seed_id", StringType(), required=True),
+    NestedField(10, "agent_chain", ListType(101, StringType(), element_required=True), required=True,
+                doc="stages (agents) that produced the row, in order"),
+    NestedField(11, "export_id", StringType(), required=False, doc="model that generated (none for functions)"),
+    NestedField(12, "template_hash", StringType(), required=True, doc="hash of the stages' templates and sampling"),
+    NestedField(13, "verdicts", StringType(), required=True, doc="JSON: validator -> passed"),
+    NestedField(14, "attempts", IntegerType(), required=True, doc="generation attempts, all stages"),
+    NestedField(15, "batch_id", StringType(), required=True, doc="the pipeline run that produced the row"),
+    NestedField(16, "fields", StringType(), required=True, doc="JSON: the candidate's fields (seed and stage outputs)"),
+    NestedField(17, "created_at", TimestamptzType(), required=True),
+)
+
+# Rejected candidates of a synthetic pipeline, with the stage or validator that rejected them.
+SYNTHETIC_REJECTED = Schema(
+    NestedField(1, "seed_id", StringType(), required=True),
+    NestedField(2, "stage", StringType(), required=True, doc="generator stage or validator kind that rejected"),
+    NestedField(3, "reason", StringType(), required=True),
+    NestedField(4, "text", StringType(), required=False, doc="the candidate text, when there was one"),
+    NestedField(5, "fields", StringType(), required=True, doc="JSON: the candidate's fields so far"),
+    NestedField(6, "attempts", IntegerType(), required=True),
+    NestedField(7, "batch_id", StringType(), required=True),
+    NestedField(8, "created_at", TimestamptzType(), required=True),
+)

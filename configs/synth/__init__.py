@@ -1,0 +1,12 @@
+"""Synthetic-data pipelines as code: each function returns a validated `PipelineConfig`."""
+
+from configs.synth.porting import porting
+from factory.synth import PipelineConfig
+
+PIPELINES = {"porting": porting}
+
+
+def pipeline(name: str) -> PipelineConfig:
+    if name not in PIPELINES:
+        raise ValueError(f"unknown synthetic pipeline {name!r}; defined in configs/synth: {sorted(PIPELINES)}")
+    return PIPELINES[name]()

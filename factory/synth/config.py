@@ -1,0 +1,127 @@
+"""Synthetic-data pipeline configs: seeds → generator stages → validators → `synthetic.<name>`.
+
+A pipeline is one frozen config (`PipelineConfig`), written as a Python function in
+`configs/synth/` like an experiment. It names its seeds (rows of a lake table, or a list made by
+a function), one or more generation stages (a prompt template over the inference engine, an
+OpenAI-compatible endpoint, or a programmatic function), the validators every candidate must
+pass, and its budget. A bad config fails here, with the field path, before any generation runs.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class SeedsConfig(_Frozen):
+    """Where seeds come from: a lake table's rows, or a function returning a list of dicts."""
+
+    table: str | None = Field(None, description="namespace.table whose rows are seeds (current snapshot).")
+    columns: tuple[str, ...] = Field(("doc_id", "text"), description="Columns of `table` a seed carries.")
+    function: str | None = Field(None, description="module:function returning a list of seed dicts (each with an `id`).")
+    id_field: str = Field("id", description="Field that identifies a seed (provenance key); `doc_id` for tables.")
+    limit: int | None = Field(None, ge=1, description="Use at most this many seeds (in a seeded, stable order).")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "SeedsConfig":
+        if (self.table is None) == (self.function is None):
+            raise ValueError("give exactly one of seeds.table or seeds.function")
+        return self
+
+
+class EndpointConfig(_Frozen):
+    """An OpenAI-compatible completions endpoint (e.g. `factory serve`, or a hosted model)."""
+
+    base_url: str = Field(description="e.g. http://127.0.0.1:8000/v1")
+    model: str = Field(description="Model name the endpoint serves.")
+    api_key_env: str | None = Field(None, description="Environment variable holding the API key (read at run time).")
+    timeout_s: float = Field(60.0, gt=0, description="Per-request timeout, seconds.")
+
+
+class GeneratorConfig(_Frozen):
+    """How one stage turns a candidate's fields into a new field."""
+
+    kind: Literal["engine", "endpoint", "function"] = Field(description="engine = in-process vLLM on an export; "
+                                                            "endpoint = OpenAI-compatible HTTP; function = Python.")
+    template: str | None = Field(None, description="Prompt template (str.format over the candidate's fields).")
+    function: str | None = Field(None, description="module:function(candidate_fields: dict) -> str, for kind=function.")
+    export: str = Field("latest", description="Export to generate with (kind=engine): an export id, or latest.")
+    endpoint: EndpointConfig | None = None
+    max_tokens: int = Field(256, ge=1, description="New tokens per generation.")
+    temperature: float = Field(0.7, ge=0)
+    top_p: float = Field(0.95, gt=0, le=1)
+    stop: tuple[str, ...] = Field((), description="Cut generations at the first of these.")
+
+    @model_validator(mode="after")
+    def _complete(self) -> "GeneratorConfig":
+        if self.kind == "function" and not self.function:
+            raise ValueError("kind=function needs `function` (module:function)")
+        if self.kind in ("engine", "endpoint") and not self.template:
+            raise ValueError(f"kind={self.kind} needs a prompt `template`")
+        if self.kind == "endpoint" and self.endpoint is None:
+            raise ValueError("kind=endpoint needs `endpoint` (base_url, model)")
+        return self
+
+
+class StageConfig(_Frozen):
+    """One generation step: its output becomes field `output` of the candidate."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$", description="Stage (agent) name, recorded in the provenance chain.")
+    generator: GeneratorConfig
+    output: str = Field(description="Field the generation is stored in.")
+
+
+class ValidatorConfig(_Frozen):
+    """One check every candidate must pass; a failure rejects it with `kind` and a reason."""
+
+    kind: Literal["sandbox", "python_syntax", "length", "dedup", "decontaminate", "regex"]
+    field: str = Field("text", description="Candidate field the validator reads.")
+    min_chars: int | None = Field(None, ge=0, description="length: shortest allowed.")
+    max_chars: int | None = Field(None, ge=1, description="length: longest allowed.")
+    pattern: str | None = Field(None, description="regex: must match (re.search).")
+    against: tuple[str, ...] = Field((), description="dedup: tables whose `text` must not equal the candidate's.")
+    benchmarks: tuple[str, ...] = Field(("humaneval",), description="decontaminate: eval sets to check against.")
+    ngram: int = Field(13, ge=4, description="decontaminate: n-gram length in words.")
+    timeout_s: float = Field(10.0, gt=0, description="sandbox: wall clock per program, seconds.")
+
+
+class BudgetConfig(_Frozen):
+    """What a run may spend before the supervisor stops it (rows committed so far are kept)."""
+
+    max_seconds: float = Field(3600.0, gt=0, description="Wall-clock time for the whole run.")
+    max_tokens: int = Field(10_000_000, ge=1, description="Generated tokens, all stages together.")
+    max_attempts: int = Field(3, ge=1, description="Tries per generation call before it is recorded as failed.")
+
+
+class PipelineConfig(_Frozen):
+    """A synthetic-data pipeline."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$", description="Output table synthetic.<name>.")
+    description: str = ""
+    seeds: SeedsConfig
+    stages: tuple[StageConfig, ...] = Field(min_length=1)
+    validators: tuple[ValidatorConfig, ...] = ()
+    text: str = Field(description="Template over the candidate's fields for the training text of an accepted row.")
+    kind: Literal["code", "prose"] = Field("code", description="Content kind of the training text.")
+    budget: BudgetConfig = BudgetConfig()
+    seed: int = Field(0, description="Seeds the seed order and sampling.")
+
+    @model_validator(mode="after")
+    def _fields(self) -> "PipelineConfig":
+        names = [s.name for s in self.stages]
+        if len(set(names)) != len(names):
+            raise ValueError(f"stage names repeat: {names}")
+        return self
+
+    @property
+    def table(self) -> str:
+        return f"synthetic.{self.name}"
+
+    @property
+    def rejected_table(self) -> str:
+        return f"synthetic.{self.name}_rejected"
