@@ -41,21 +41,30 @@ train_job = define_asset_job(
 
 eval_job = define_asset_job(
     "eval_job",
-    selection=AssetSelection.assets(AssetKey("checkpoint_export"), AssetKey("eval_scores")),
+    selection=AssetSelection.assets(AssetKey("checkpoint_export"), AssetKey("eval_scores"))
+    - AssetSelection.groups("synthetic"),
     partitions_def=checkpoint_partitions,
     description="Export one checkpoint (pick it as the partition), check it against the training model, evaluate it.",
     tags={"factory/kind": "eval", "dagster/priority": EVAL_PRIORITY},
+)
+
+synth_job = define_asset_job(
+    "synth_job",
+    selection=AssetSelection.groups("synthetic"),
+    description="Run every synthetic-data pipeline once (configs/synth); new snapshots refresh the mixes that use them.",
+    tags={"factory/kind": "synth"},
 )
 
 # Everything unpartitioned, in dependency order; the mix partitions run after it (`make demo`).
 demo_job = define_asset_job(
     "demo_job",
     selection=AssetSelection.all() - AssetSelection.assets(AssetKey("mix"), AssetKey("training_run"),
-                                                           AssetKey("checkpoint_export"), AssetKey("eval_scores")),
+                                                           AssetKey("checkpoint_export"), AssetKey("eval_scores"))
+    - AssetSelection.groups("synthetic"),
     description="Ingest, refine and train the tokenizer on the embedded defaults (what `make demo` runs "
                 "before registering the default mix).",
 )
 
-jobs = [ingest_job, dedup_job, tokenize_job, mix_job, train_job, eval_job, demo_job]
+jobs = [ingest_job, dedup_job, tokenize_job, mix_job, train_job, eval_job, synth_job, demo_job]
 
-__all__ = ["EVAL_PRIORITY", "dedup_job", "demo_job", "eval_job", "ingest_job", "jobs", "mix_job", "tokenize_job", "train_job"]
+__all__ = ["EVAL_PRIORITY", "dedup_job", "demo_job", "eval_job", "ingest_job", "jobs", "mix_job", "synth_job", "tokenize_job", "train_job"]

@@ -1,9 +1,10 @@
-"""Sensors and schedules: checkpoint→eval now; the synthetic→mix sensor joins later."""
+"""Sensors and schedules: checkpoint→eval, synthetic→mix, the nightly raw refresh."""
 
 from dagster import DefaultScheduleStatus, ScheduleDefinition
 
 from jobs import ingest_job
 from sensors.evals import checkpoint_eval_sensor
+from sensors.synth import synthetic_mix_sensor
 
 raw_refresh_schedule = ScheduleDefinition(
     name="raw_refresh_schedule",
@@ -14,6 +15,6 @@ raw_refresh_schedule = ScheduleDefinition(
 )
 
 schedules = [raw_refresh_schedule]
-sensors = [checkpoint_eval_sensor]
+sensors = [checkpoint_eval_sensor, synthetic_mix_sensor]
 
-__all__ = ["checkpoint_eval_sensor", "raw_refresh_schedule", "schedules", "sensors"]
+__all__ = ["checkpoint_eval_sensor", "synthetic_mix_sensor", "raw_refresh_schedule", "schedules", "sensors"]

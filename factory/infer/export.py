@@ -231,3 +231,11 @@ def find_export(lake: Lake, ref: str) -> ExportRef:
         raise ExportError(f"export {wanted} at {found.path}: files changed since export "
                           f"(sha256 {found.sha256[:12]}, lineage says {records[-1].content_hash[:12]})")
     return found
+
+
+def latest_export(lake: Lake) -> ExportRef:
+    """The newest export recorded in lineage (what generators use by default)."""
+    records = [r for r in lake.lineage.records() if r.kind == "export"]
+    if not records:
+        raise ExportError("no export in the lake yet: export a checkpoint first (`factory export <run>@<step>`)")
+    return find_export(lake, records[-1].version_id)
