@@ -1,9 +1,10 @@
 """Synthetic-data pipelines as code: each function returns a validated `PipelineConfig`."""
 
 from configs.synth.porting import porting
+from configs.synth.rephrase import rephrase
 from factory.synth import PipelineConfig
 
-PIPELINES = {"porting": porting}
+PIPELINES = {"porting": porting, "rephrase": rephrase}
 
 
 def pipeline(name: str) -> PipelineConfig:
