@@ -68,12 +68,69 @@ class GeneratorConfig(_Frozen):
         return self
 
 
+class Condition(_Frozen):
+    """A test on one field of a candidate (a number or a string)."""
+
+    field: str
+    op: Literal["<", "<=", ">", ">=", "==", "!="]
+    value: float | str
+
+    def holds(self, fields: dict) -> bool:
+        if self.field not in fields:
+            return False
+        have, want = fields[self.field], self.value
+        if isinstance(want, (int, float)):
+            try:
+                have = float(have)
+            except (TypeError, ValueError):
+                return False
+        ops = {"<": have < want, "<=": have <= want, ">": have > want, ">=": have >= want,
+               "==": have == want, "!=": have != want} if isinstance(want, (int, float)) else \
+            {"==": have == want, "!=": have != want}
+        if self.op not in ops:
+            raise ValueError(f"condition on {self.field}: {self.op} needs a number")
+        return ops[self.op]
+
+
+class AgentConfig(_Frozen):
+    """An agent in a loop: a generator plus the rules for when it is in the queue."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    generator: GeneratorConfig
+    output: str = Field(description="Field the agent writes.")
+    mode: Literal["set", "append"] = Field("set", description="append: add `name: text` lines (a conversation).")
+    instructions: str = Field("", description="Default instructions; templates see them as {instructions}.")
+    feedback_from: str | None = Field(None, description="The orchestrator appends this field's latest value to the "
+                                                        "instructions before each run (e.g. a judge's critique).")
+    enter_when: Condition | None = Field(None, description="The agent runs only when this holds.")
+    every: int = Field(1, ge=1, description="Runs on every `every`-th round (1 = each round).")
+    max_runs: int | None = Field(None, ge=1, description="Leaves the queue after this many runs.")
+    score: bool = Field(False, description="Parse the first number of the output into field `score` (a judge).")
+
+
+class LoopConfig(_Frozen):
+    """Multi-turn work on each candidate: agents take turns for up to `rounds` rounds."""
+
+    agents: tuple[AgentConfig, ...] = Field(min_length=1)
+    rounds: int = Field(3, ge=1, description="Rounds at most (each agent in the queue gets one turn per round).")
+    stop_when: Condition | None = Field(None, description="End the loop early, e.g. score >= 8.")
+    result: str = Field(description="Field whose final value is the stage's output.")
+
+
 class StageConfig(_Frozen):
-    """One generation step: its output becomes field `output` of the candidate."""
+    """One generation step: its output becomes field `output` of the candidate. Either one
+    generator, or a loop of agents (judge/evolver, two agents in conversation)."""
 
     name: str = Field(pattern=r"^[a-z][a-z0-9_]*$", description="Stage (agent) name, recorded in the provenance chain.")
-    generator: GeneratorConfig
+    generator: GeneratorConfig | None = None
+    loop: LoopConfig | None = None
     output: str = Field(description="Field the generation is stored in.")
+
+    @model_validator(mode="after")
+    def _one(self) -> "StageConfig":
+        if (self.generator is None) == (self.loop is None):
+            raise ValueError(f"stage {self.name}: give exactly one of generator or loop")
+        return self
 
 
 class ValidatorConfig(_Frozen):
@@ -96,6 +153,7 @@ class BudgetConfig(_Frozen):
     max_seconds: float = Field(3600.0, gt=0, description="Wall-clock time for the whole run.")
     max_tokens: int = Field(10_000_000, ge=1, description="Generated tokens, all stages together.")
     max_attempts: int = Field(3, ge=1, description="Tries per generation call before it is recorded as failed.")
+    max_rounds: int = Field(50, ge=1, description="Loop rounds per candidate, all loop stages together.")
 
 
 class PipelineConfig(_Frozen):

@@ -29,6 +29,7 @@ import pyarrow as pa
 from factory.lake import CommitStamp, Lake, LineageRecord
 from factory.lake.lineage import table_version_id
 from factory.lake.schemas import SYNTHETIC_DOCUMENTS, SYNTHETIC_REJECTED
+from factory.synth.agents import Supervisor, run_loop
 from factory.synth.config import PipelineConfig, SeedsConfig
 from factory.synth.generators import Generator, load_function, render, template_hash
 from factory.synth.validators import Validators
@@ -84,17 +85,38 @@ def run_pipeline(lake: Lake, config: PipelineConfig, *, engine_for: Callable[[st
     seeds, upstream = load_seeds(lake, config.seeds, config.seed)
     result = SynthResult(config.name, uuid.uuid4().hex[:12], len(seeds), 0)
     generators = [Generator(s.generator, max_attempts=config.budget.max_attempts, seed=config.seed + i,
-                            engine_for=engine_for) for i, s in enumerate(config.stages)]
+                            engine_for=engine_for) if s.generator else None for i, s in enumerate(config.stages)]
+    agents: list[Generator] = []
+
+    def make_agent(agent, index: int) -> Generator:
+        agents.append(Generator(agent.generator, max_attempts=config.budget.max_attempts,
+                                seed=config.seed + 100 + index, engine_for=engine_for))
+        return agents[-1]
+
+    def add_tokens(n: int) -> None:
+        result.tokens += n
+
+    supervisor = Supervisor(config.budget, started, lambda: result.tokens)
     validators = Validators(config.validators, existing_texts=lambda t: _existing_texts(lake, t),
                             sandbox=sandbox or _no_sandbox)
-    chain = [s.name for s in config.stages]
-    templates = "+".join(template_hash(s.generator) for s in config.stages)
+    templates = "+".join(template_hash(s.generator) if s.generator else
+                         "loop(" + ",".join(template_hash(a.generator) for a in s.loop.agents) + ")"
+                         for s in config.stages)
     accepted, rejected = [], []
     now = dt.datetime.now(dt.timezone.utc)
     for start in range(0, len(seeds), batch_size):
-        live = [{"fields": dict(s), "attempts": 0, "seed_id": str(s[config.seeds.id_field])}
+        live = [{"fields": dict(s), "attempts": 0, "seed_id": str(s[config.seeds.id_field]), "chain": []}
                 for s in seeds[start:start + batch_size]]
         for stage, generator in zip(config.stages, generators):
+            if stage.loop is not None:
+                kept = []
+                for c, reason in run_loop(stage, live, make_agent, supervisor, add_tokens):
+                    if reason is None:
+                        kept.append(c)
+                    else:
+                        rejected.append(_reject(c, stage.name, reason, result, now))
+                live = kept
+                continue
             outputs = generator.generate([c["fields"] for c in live])
             kept = []
             for c, out in zip(live, outputs):
@@ -104,6 +126,7 @@ def run_pipeline(lake: Lake, config: PipelineConfig, *, engine_for: Callable[[st
                     rejected.append(_reject(c, stage.name, f"generation failed: {out.error}", result, now))
                 else:
                     c["fields"][stage.output] = out.text
+                    c["chain"].append(stage.name)
                     kept.append(c)
             live = kept
         for c in live:
@@ -120,8 +143,8 @@ def run_pipeline(lake: Lake, config: PipelineConfig, *, engine_for: Callable[[st
                 else:
                     rejected.append(_reject(c, v.kind, verdict.reason, result, now))
             live = kept
-        models = sorted({g.export_id for g in generators if g.export_id})  # exports or endpoint models
-        accepted += [_row(config, c, chain, models, templates, result.batch_id, now) for c in live]
+        models = sorted({g.export_id for g in [*generators, *agents] if g and g.export_id})  # exports/endpoint models
+        accepted += [_row(config, c, models, templates, result.batch_id, now) for c in live]
         done = min(start + batch_size, len(seeds))
         log(f"synthetic.{config.name}: {done}/{len(seeds)} seeds, {len(accepted)} accepted, "
             f"{sum(result.rejected.values())} rejected")
@@ -132,13 +155,13 @@ def run_pipeline(lake: Lake, config: PipelineConfig, *, engine_for: Callable[[st
             log(result.stopped)
             break
     result.accepted = len(accepted)
-    _commit(lake, config, result, accepted, rejected, upstream + exports_of(generators), run_id)
+    _commit(lake, config, result, accepted, rejected, upstream + exports_of([*generators, *agents]), run_id)
     result.seconds = round(time.monotonic() - started, 2)
     return result
 
 
-def exports_of(generators: list[Generator]) -> list[str]:
-    return sorted({g.export_id for g in generators if g.export_id and g.export_id.startswith("export/")})
+def exports_of(generators: list[Generator | None]) -> list[str]:
+    return sorted({g.export_id for g in generators if g and g.export_id and g.export_id.startswith("export/")})
 
 
 def _no_sandbox(timeout_s: float):
@@ -152,13 +175,13 @@ def _reject(c: dict, stage: str, reason: str, result: SynthResult, now) -> dict:
             "created_at": now}
 
 
-def _row(config: PipelineConfig, c: dict, chain, exports, templates, batch_id: str, now) -> dict:
+def _row(config: PipelineConfig, c: dict, exports, templates, batch_id: str, now) -> dict:
     text = c["text"]
     digest = hashlib.sha256(f"{config.name}/{c['seed_id']}/{text}".encode()).hexdigest()
     return {"doc_id": digest[:24], "source": config.name, "path": c["seed_id"], "text": text,
             "language": "python" if config.kind == "code" else "text", "kind": config.kind,
             "bytes": len(text.encode()), "content_sha256": hashlib.sha256(text.encode()).hexdigest(),
-            "seed_id": c["seed_id"], "agent_chain": chain, "export_id": ",".join(exports) or None,
+            "seed_id": c["seed_id"], "agent_chain": c["chain"], "export_id": ",".join(exports) or None,
             "template_hash": templates, "verdicts": json.dumps(c["verdicts"], sort_keys=True),
             "attempts": c["attempts"], "batch_id": batch_id, "fields": json.dumps(c["fields"], default=str),
             "created_at": now}

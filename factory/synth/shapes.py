@@ -38,3 +38,13 @@ def explained(fields: dict) -> str:
         line += " " + word
     comment.append(line)
     return "\n".join(comment) + "\n" + fields["function"] + "\n"
+
+
+def heuristic_judge(fields: dict) -> str:
+    """A programmatic judge of `explanation`: a 0-10 score (distinct words, capped) and a critique
+    the orchestrator can hand to the evolver. Stands in for an LLM judge at smoke scale."""
+    words = fields.get("explanation", "").split()
+    distinct = len({w.lower().strip(".,;:") for w in words})
+    score = min(10, distinct // 3)
+    critique = "good" if score >= 8 else f"too short or repetitive ({len(words)} words, {distinct} distinct)"
+    return f"{score}: {critique}"
