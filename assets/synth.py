@@ -5,7 +5,9 @@ a new snapshot into new versions of the mixes that include it.
 """
 
 
-from dagster import AssetsDefinition, MaterializeResult, MetadataValue, asset
+from typing import Optional
+
+from dagster import AssetsDefinition, Config, MaterializeResult, MetadataValue, asset
 
 from configs.synth import PIPELINES, pipeline
 from factory.infer.export import find_export, latest_export
@@ -13,6 +15,11 @@ from factory.sandbox import Sandbox
 from factory.synth import SynthResult, run_pipeline
 from resources.inference import InferenceResource, SandboxResource
 from resources.lake import LakeResource
+
+
+class SynthConfig(Config):
+    limit: Optional[int] = None
+    """Use at most this many seeds (default: the pipeline's own limit)."""
 
 
 def synth_assets() -> list[AssetsDefinition]:
@@ -30,8 +37,13 @@ def _synth_asset(name: str) -> AssetsDefinition:
         op_tags={"factory/kind": "synth"},
         description=f"Iceberg table `synthetic.{name}`: {config.description} Config: configs/synth/{name}.py.",
     )
-    def _asset(context, lake: LakeResource, inference: InferenceResource, sandbox: SandboxResource) -> MaterializeResult:
+    def _asset(context, config: SynthConfig, lake: LakeResource, inference: InferenceResource,
+               sandbox: SandboxResource) -> MaterializeResult:
         home = lake.lake()
+        spec = pipeline(name)
+        if config.limit is not None:
+            spec = type(spec).model_validate({**spec.model_dump(), "seeds": {**spec.seeds.model_dump(),
+                                                                                "limit": config.limit}})
 
         def engine_for(ref: str):
             return inference.engine(latest_export(home) if ref == "latest" else find_export(home, ref))
@@ -42,7 +54,7 @@ def _synth_asset(name: str) -> AssetsDefinition:
             base = sandbox.config()
             return boxes.setdefault(timeout_s, Sandbox(base.model_copy(update={"timeout_s": timeout_s})))
 
-        result = run_pipeline(home, pipeline(name), engine_for=engine_for, sandbox=sandbox_for, log=context.log.info,
+        result = run_pipeline(home, spec, engine_for=engine_for, sandbox=sandbox_for, log=context.log.info,
                               run_id=context.run_id)
         return MaterializeResult(metadata=_metadata(result))
 
