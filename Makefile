@@ -47,6 +47,12 @@ demo: setup
 	$(BIN)/dagster asset materialize -m definitions --select checkpoint_export,eval_scores --partition smoke@120
 	@$(BIN)/factory evals --run smoke
 	@$(BIN)/factory lineage eval/smoke@120/default
+	$(BIN)/dagster asset materialize -m definitions --select synthetic/porting,synthetic/rephrase
+	@$(BIN)/factory sql "select source, count(*) as rows, sum(bytes) as bytes from synthetic.porting group by 1 union all select source, count(*), sum(bytes) from synthetic.rephrase group by 1"
+	@$(BIN)/factory sql "select stage, count(*) as rejected, min(reason) as example from synthetic.rephrase_rejected group by 1 order by 2 desc"
+	@$(BIN)/factory sql "select seed_id, agent_chain, export_id, template_hash from synthetic.rephrase limit 3"
+	$(BIN)/dagster asset materialize -m definitions --select mix --partition default_synthetic
+	@$(BIN)/factory mix show default_synthetic
 	@echo
 	@echo "Browse these runs, assets, metadata and lineage in the web UI: make ui  (http://127.0.0.1:3000)"
 	@echo "Query the lake: $(BIN)/factory sql \"select source, count(*) from raw.python_stdlib group by 1\""

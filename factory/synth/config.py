@@ -136,7 +136,7 @@ class StageConfig(_Frozen):
 class ValidatorConfig(_Frozen):
     """One check every candidate must pass; a failure rejects it with `kind` and a reason."""
 
-    kind: Literal["sandbox", "python_syntax", "length", "dedup", "decontaminate", "regex"]
+    kind: Literal["sandbox", "python_syntax", "length", "dedup", "decontaminate", "regex", "threshold"]
     field: str = Field("text", description="Candidate field the validator reads.")
     min_chars: int | None = Field(None, ge=0, description="length: shortest allowed.")
     max_chars: int | None = Field(None, ge=1, description="length: longest allowed.")
@@ -145,6 +145,25 @@ class ValidatorConfig(_Frozen):
     benchmarks: tuple[str, ...] = Field(("humaneval",), description="decontaminate: eval sets to check against.")
     ngram: int = Field(13, ge=4, description="decontaminate: n-gram length in words.")
     timeout_s: float = Field(10.0, gt=0, description="sandbox: wall clock per program, seconds.")
+    condition: "Condition | None" = Field(None, description="threshold: must hold, e.g. score >= 7 (a judge's).")
+
+    @model_validator(mode="after")
+    def _threshold(self) -> "ValidatorConfig":
+        if self.kind == "threshold" and self.condition is None:
+            raise ValueError("kind=threshold needs a `condition` (field, op, value)")
+        return self
+
+
+class InputConfig(_Frozen):
+    """A secondary input: `k` texts sampled from another table for each candidate (e.g. few-shot
+    examples), joined into field `name`. Sampling is seeded by the pipeline seed and the seed id."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$", description="Field the sampled texts go to.")
+    table: str = Field(description="namespace.table to sample from (current snapshot).")
+    column: str = Field("text", description="Column whose values are sampled.")
+    k: int = Field(1, ge=1, description="Values per candidate.")
+    separator: str = Field("\n\n", description="Joins the k values.")
+    max_chars: int = Field(2000, ge=1, description="Each value is cut to this many characters.")
 
 
 class BudgetConfig(_Frozen):
@@ -162,6 +181,7 @@ class PipelineConfig(_Frozen):
     name: str = Field(pattern=r"^[a-z][a-z0-9_]*$", description="Output table synthetic.<name>.")
     description: str = ""
     seeds: SeedsConfig
+    inputs: tuple[InputConfig, ...] = Field((), description="Secondary inputs added to every candidate.")
     stages: tuple[StageConfig, ...] = Field(min_length=1)
     validators: tuple[ValidatorConfig, ...] = ()
     text: str = Field(description="Template over the candidate's fields for the training text of an accepted row.")
@@ -183,3 +203,6 @@ class PipelineConfig(_Frozen):
     @property
     def rejected_table(self) -> str:
         return f"synthetic.{self.name}_rejected"
+
+
+ValidatorConfig.model_rebuild()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import random
 import time
 import uuid
 from collections import Counter
@@ -69,6 +70,32 @@ def load_seeds(lake: Lake, config: SeedsConfig, seed: int) -> tuple[list[dict], 
     return rows[: config.limit] if config.limit else rows, upstream
 
 
+class SecondaryInputs:
+    """The pipeline's secondary inputs, read once; `sample(seed_id)` draws each input's k values."""
+
+    def __init__(self, lake: Lake, config: PipelineConfig):
+        self.config, self.values, self.upstream = config, {}, []
+        for spec in config.inputs:
+            table = lake.table(spec.table)
+            snapshot = table.current_snapshot()
+            if snapshot is None:
+                raise ValueError(f"inputs.{spec.name}: table {spec.table} has no snapshot yet")
+            column = table.scan(snapshot_id=snapshot.snapshot_id, selected_fields=(spec.column,)).to_arrow()
+            values = [v for v in column.column(spec.column).to_pylist() if v]
+            if len(values) < spec.k:
+                raise ValueError(f"inputs.{spec.name}: {spec.table}.{spec.column} has {len(values)} values, k={spec.k}")
+            self.values[spec.name] = values
+            self.upstream.append(table_version_id(spec.table, snapshot.snapshot_id))
+
+    def sample(self, seed_id: str) -> dict[str, str]:
+        out = {}
+        for spec in self.config.inputs:
+            rng = random.Random(f"{self.config.seed}:{spec.name}:{seed_id}")
+            picked = rng.sample(self.values[spec.name], spec.k)
+            out[spec.name] = spec.separator.join(str(v)[:spec.max_chars] for v in picked)
+        return out
+
+
 def _existing_texts(lake: Lake, tables: tuple[str, ...]) -> list[str]:
     texts = []
     for name in tables:
@@ -83,6 +110,8 @@ def run_pipeline(lake: Lake, config: PipelineConfig, *, engine_for: Callable[[st
     """Generate, validate and commit one batch of `config` (see the module docstring)."""
     started = time.monotonic()
     seeds, upstream = load_seeds(lake, config.seeds, config.seed)
+    secondary = SecondaryInputs(lake, config)
+    upstream += secondary.upstream
     result = SynthResult(config.name, uuid.uuid4().hex[:12], len(seeds), 0)
     generators = [Generator(s.generator, max_attempts=config.budget.max_attempts, seed=config.seed + i,
                             engine_for=engine_for) if s.generator else None for i, s in enumerate(config.stages)]
@@ -107,6 +136,8 @@ def run_pipeline(lake: Lake, config: PipelineConfig, *, engine_for: Callable[[st
     for start in range(0, len(seeds), batch_size):
         live = [{"fields": dict(s), "attempts": 0, "seed_id": str(s[config.seeds.id_field]), "chain": []}
                 for s in seeds[start:start + batch_size]]
+        for c in live:
+            c["fields"] |= secondary.sample(c["seed_id"])
         for stage, generator in zip(config.stages, generators):
             if stage.loop is not None:
                 kept = []
@@ -133,8 +164,8 @@ def run_pipeline(lake: Lake, config: PipelineConfig, *, engine_for: Callable[[st
             c["text"] = render(config.text, c["fields"])
             c["verdicts"] = {}
         for v in config.validators:
-            verdicts = validators.check(v, [c["text"] if v.field == "text" else str(c["fields"][v.field])
-                                            for c in live])
+            verdicts = validators.check(v, [c["text"] if v.field == "text" else str(c["fields"].get(v.field, ""))
+                                            for c in live], [c["fields"] for c in live])
             kept = []
             for c, verdict in zip(live, verdicts):
                 c["verdicts"][v.kind] = verdict.passed

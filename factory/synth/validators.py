@@ -11,7 +11,8 @@ candidates still standing, so an expensive one (the sandbox) only sees what chea
 - `dedup`: not identical (after whitespace normalization) to another candidate or to any text of
   the tables named in `against` (the pipeline's own output included, so reruns add nothing twice);
 - `decontaminate`: shares no long n-gram with the eval sets (the refinement chain's index);
-- `sandbox`: the field, run as a Python program in the bubblewrap sandbox, exits 0 in time.
+- `sandbox`: the field, run as a Python program in the bubblewrap sandbox, exits 0 in time;
+- `threshold`: a condition on the candidate's fields holds (a judge's score high enough).
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ class Verdict:
     reason: str = ""
 
 
+def _num(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
 def _norm_hash(text: str) -> str:
     return hashlib.sha256(" ".join(text.split()).encode()).hexdigest()
 
@@ -48,7 +53,12 @@ class Validators:
                 self._seen |= {_norm_hash(t) for t in existing_texts(c.against)}
         self._index = None
 
-    def check(self, config: ValidatorConfig, values: list[str]) -> list[Verdict]:
+    def check(self, config: ValidatorConfig, values: list[str], fields: list[dict]) -> list[Verdict]:
+        if config.kind == "threshold":
+            c = config.condition
+            return [Verdict(True) if c.holds(f) else
+                    Verdict(False, f"{c.field} = {f.get(c.field, 'missing')} fails {c.field} {c.op} {_num(c.value)}")
+                    for f in fields]
         return getattr(self, f"_{config.kind}")(config, values)
 
     def _python_syntax(self, c: ValidatorConfig, values: list[str]) -> list[Verdict]:

@@ -129,3 +129,37 @@ def test_loop_configs_are_validated():
     with pytest.raises(ValueError, match="give exactly one of generator or loop"):
         PipelineConfig(name="x", seeds={"function": "m:f"}, text="{a}",
                        stages=[{"name": "s", "output": "a"}])
+
+
+def test_secondary_inputs_and_a_judge_score_threshold(tmp_path, agents_module, corpus):
+    lake = Lake.open(home=tmp_path / "home")
+    corpus.write(lake, "refined.examples", corpus.docstrings("refined.examples", count=6))
+    loop = {"agents": [{"name": "evolver", "generator": fn("evolve"), "output": "text_so_far"},
+                       {"name": "judge", "generator": fn("judge"), "output": "critique", "score": True}],
+            "rounds": 1, "result": "text_so_far"}
+    config = PipelineConfig(
+        name="fewshot", seeds={"function": "agents_fixture:seeds"}, text="{final}",
+        inputs=[{"name": "examples", "table": "refined.examples", "k": 2, "max_chars": 40, "separator": " | "}],
+        stages=[{"name": "draft", "output": "draft", "generator": fn("draft")},
+                {"name": "refine", "output": "final", "loop": loop}],
+        validators=[{"kind": "threshold", "condition": {"field": "score", "op": ">=", "value": 4}}],
+    )
+    result = run_pipeline(lake, config, log=lambda m: None)
+    # "topic N more" is 3 words: every candidate scores 3 and the threshold rejects it, naming the score
+    assert result.accepted == 0 and result.rejected == {"threshold": 3}
+    rejected = lake.table("synthetic.fewshot_rejected").scan().to_arrow().to_pylist()
+    assert {r["reason"] for r in rejected} == {"score = 3.0 fails score >= 4"}
+    examples = [json.loads(r["fields"])["examples"] for r in sorted(rejected, key=lambda r: r["seed_id"])]
+    assert all(len(e.split(" | ")) == 2 and all(len(part) <= 40 for part in e.split(" | ")) for e in examples)
+    again = run_pipeline(lake, config, log=lambda m: None)  # the same seed draws the same examples
+    rejected = lake.table("synthetic.fewshot_rejected").scan().to_arrow().to_pylist()
+    by_batch = {}
+    for r in rejected:
+        by_batch.setdefault(r["batch_id"], {})[r["seed_id"]] = json.loads(r["fields"])["examples"]
+    assert by_batch[again.batch_id] == by_batch[result.batch_id]
+
+
+def test_threshold_validators_need_a_condition():
+    with pytest.raises(ValueError, match="kind=threshold needs a `condition`"):
+        PipelineConfig(name="x", seeds={"function": "m:f"}, text="{a}", validators=[{"kind": "threshold"}],
+                       stages=[{"name": "s", "output": "a", "generator": {"kind": "function", "function": "m:f"}}])
