@@ -190,7 +190,7 @@ def main() -> None:
         model = (f"model: {export.export_id} ({export.path}): {params / 1e6:.2f} M params, vocab {cfg.vocab_size}, "
                  f"context {ref.max_len}, d_model {cfg.hidden_size}, {cfg.num_hidden_layers} layers, fp32")
         print(model, flush=True)
-        prompts = [ref.fit([ref.tokenizer.eos_token_id, *ref.encode(p["prompt"].removesuffix("\n"))],
+        prompts = [ref.fit(ref.document_ids(p["prompt"].removesuffix("\n")),
                            args.new_tokens) for p in humaneval.problems()[:args.prompts]]
         windows = score_windows(ref, args.windows)
         sampling = SamplingConfig(max_tokens=args.new_tokens, temperature=0.0)

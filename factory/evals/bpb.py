@@ -45,7 +45,7 @@ def bits_per_byte(config: BitsPerByteConfig, ctx: TaskContext) -> TaskResult:
                  for d in held.docs]
         windows, owner = [], []
         for i, text in enumerate(texts):
-            for w in _windows(ctx.prompt_ids(text), ctx.engine.max_score_len):
+            for w in _windows(ctx.engine.document_ids(text), ctx.engine.max_score_len):
                 windows.append(w)
                 owner.append(i)
         nats = [0.0] * len(texts)

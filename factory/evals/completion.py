@@ -65,7 +65,7 @@ def line_completion(config: LineCompletionConfig, ctx: TaskContext) -> TaskResul
     cases = examples([(d.path, d.text) for d in held.docs], config)
     if not cases:
         raise ValueError(f"line_completion: no usable functions in the held-out split of {config.source}")
-    prompts = [ctx.engine.fit(ctx.prompt_ids(prompt), config.max_tokens) for _, prompt, _ in cases]
+    prompts = [ctx.engine.fit(ctx.engine.document_ids(prompt), config.max_tokens) for _, prompt, _ in cases]
     sampling = SamplingConfig(max_tokens=config.max_tokens, temperature=0.0)
     outputs = ctx.engine.generate(prompts, sampling)
     exact, similar, samples = [], [], []

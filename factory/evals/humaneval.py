@@ -105,7 +105,7 @@ def score_completions(chosen: list[dict], completions: list[list[str]], sandbox,
 @register(HumanEvalConfig)
 def humaneval(config: HumanEvalConfig, ctx: TaskContext) -> TaskResult:
     chosen = problems()[: config.max_problems]
-    encoded = [ctx.prompt_ids(p["prompt"].removesuffix("\n")) for p in chosen]
+    encoded = [ctx.engine.document_ids(p["prompt"].removesuffix("\n")) for p in chosen]
     prompts = [ctx.engine.fit(ids, config.max_tokens) for ids in encoded]
     truncated = sum(len(a) != len(b) for a, b in zip(encoded, prompts))
     sampling = SamplingConfig(max_tokens=config.max_tokens, temperature=config.temperature, top_p=config.top_p,

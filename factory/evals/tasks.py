@@ -68,11 +68,6 @@ class TaskContext:
     def mix_version(self) -> str:
         return self.export.mix_version
 
-    def prompt_ids(self, text: str) -> list[int]:
-        """Token ids of a document start: eos (the separator training put before every document),
-        then the text."""
-        return [self.engine.tokenizer.eos_token_id, *self.engine.encode(text)]
-
 
 TASKS: dict[str, tuple[type[TaskConfig], Callable[[Any, TaskContext], TaskResult]]] = {}
 

@@ -76,6 +76,11 @@ class Engine(abc.ABC):
     def encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
+    def document_ids(self, text: str) -> list[int]:
+        """Ids of `text` as a document start: eos (the separator training put before every
+        document), then the text — how evals and generators prompt a model trained on packed docs."""
+        return [self.tokenizer.eos_token_id, *self.encode(text)]
+
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 

@@ -69,7 +69,7 @@ class VLLMEngine(Engine):
                                  max_tokens=min(sampling.max_tokens, self.max_len - len(p)),
                                  seed=sampling.seed + i, stop=list(sampling.stop) or None)
                   for i, p in enumerate(prompts)]
-        for out in self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False):
+        for out in self._run(prompts, params):
             samples = []
             for c in out.outputs:
                 text, _ = cut_at_stop(c.text, sampling.stop)

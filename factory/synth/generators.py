@@ -101,7 +101,7 @@ class Generator:
         c = self.config
         sampling = SamplingConfig(max_tokens=c.max_tokens, temperature=c.temperature, top_p=c.top_p,
                                   seed=self.seed, stop=c.stop)
-        ids = [engine.fit([engine.tokenizer.eos_token_id, *engine.encode(p)], c.max_tokens) for p in prompts]
+        ids = [engine.fit(engine.document_ids(p), c.max_tokens) for p in prompts]
         error = None
         for attempt in range(1, self.max_attempts + 1):
             try:

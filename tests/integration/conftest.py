@@ -43,20 +43,47 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.fixture
+def free_port() -> int:
+    """A TCP port free on loopback right now."""
+    return _free_port()
+
+
 def _default_signals():
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 @pytest.fixture
-def dagster_dev(factory_env, tmp_path):
+def server(tmp_path):
+    """`server(name, argv, env, whole_group=False) -> Popen`: a long-running process in its own
+    session with default signal handlers, output in `tmp_path/<name>.log`; stopped at teardown with
+    SIGTERM (to its process group when `whole_group`), then SIGKILL to the group after 30 s."""
+    started: list[tuple[subprocess.Popen, bool, object]] = []
+
+    def start(name: str, argv: list[str], env: dict, whole_group: bool = False) -> subprocess.Popen:
+        log = open(tmp_path / f"{name}.log", "w")
+        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, preexec_fn=_default_signals)
+        started.append((proc, whole_group, log))
+        return proc
+
+    yield start
+    for proc, whole_group, log in started:
+        (os.killpg if whole_group else os.kill)(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+
+
+@pytest.fixture
+def dagster_dev(factory_env, tmp_path, server):
     port = _free_port()
-    log = open(tmp_path / "dagster-dev.log", "w")
-    proc = subprocess.Popen(
-        [str(DAGSTER), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
-        cwd=ROOT, env=factory_env, stdout=log, stderr=subprocess.STDOUT,
-        start_new_session=True, preexec_fn=_default_signals,
-    )
+    proc = server("dagster-dev", [str(DAGSTER), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
+                  factory_env)
     client = DagsterGraphQLClient("127.0.0.1", port_number=port)
     deadline = time.monotonic() + 120
     while True:
@@ -65,16 +92,6 @@ def dagster_dev(factory_env, tmp_path):
             break
         except Exception:
             if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
                 raise RuntimeError(f"dagster dev did not come up: {(tmp_path / 'dagster-dev.log').read_text()[-3000:]}")
             time.sleep(1)
-    try:
-        yield client
-    finally:
-        os.kill(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        log.close()
+    return client
