@@ -22,14 +22,15 @@ def _lake(args):
 
 
 def cmd_export(args, out: Console) -> int:
-    from factory.infer import EngineConfig, export_checkpoint
+    from factory.infer import EngineConfig, export_checkpoint, find_checkpoint
     from factory.infer.equivalence import verify_export
 
     lake = _lake(args)
-    export = export_checkpoint(lake, args.checkpoint, asset_key="cli")
+    checkpoint = find_checkpoint(lake, args.checkpoint)
+    export = export_checkpoint(lake, checkpoint, asset_key="cli")
     out.print(f"{export.export_id}: {export.path} (sha256 {export.sha256[:12]})")
     if not args.no_check:
-        report = verify_export(lake, export, EngineConfig(kind=args.engine))
+        report = verify_export(lake, export, EngineConfig(kind=args.engine), checkpoint=checkpoint)
         out.print(report.summary())
         for problem in report.problems:
             out.print(f"  - {problem}")
@@ -46,9 +47,9 @@ def cmd_eval(args, out: Console) -> int:
     lake = _lake(args)
     checkpoint = find_checkpoint(lake, args.checkpoint)
     suite = eval_suite(args.suite or checkpoint.plan.experiment.eval_suite)
-    export = export_checkpoint(lake, checkpoint.checkpoint_id, asset_key="cli")
+    export = export_checkpoint(lake, checkpoint, asset_key="cli")
     config = EngineConfig(kind=args.engine)
-    report = verify_export(lake, export, config)
+    report = verify_export(lake, export, config, checkpoint=checkpoint)
     out.print(report.summary())
     if not report.passed:
         raise ExportError(f"{export.export_id} failed the equivalence check: {'; '.join(report.problems)}")

@@ -22,7 +22,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from factory.infer.engine import Engine, EngineConfig, SamplingConfig, TransformersEngine, open_engine
-from factory.infer.export import ExportRef, find_checkpoint, training_model
+from factory.infer.export import ExportRef, TrainedCheckpoint, find_checkpoint, training_model
 from factory.train.model import Transformer
 
 PROMPTS = (
@@ -122,9 +122,11 @@ def check_equivalence(ours: Transformer, reference: TransformersEngine, engine: 
 
 
 def verify_export(lake, export: ExportRef, engine_config: EngineConfig = EngineConfig(),
-                  config: EquivalenceConfig = EquivalenceConfig()) -> EquivalenceReport:
-    """Check `export` against the checkpoint it came from, on the engine `engine_config` selects
-    (kept open afterwards: the evals that follow use the same engine)."""
-    ours = training_model(find_checkpoint(lake, export.checkpoint_id))
+                  config: EquivalenceConfig = EquivalenceConfig(),
+                  checkpoint: TrainedCheckpoint | None = None) -> EquivalenceReport:
+    """Check `export` against the checkpoint it came from (pass it when already found: finding
+    hashes the whole file), on the engine `engine_config` selects (kept open afterwards: the evals
+    that follow use the same engine)."""
+    ours = training_model(checkpoint or find_checkpoint(lake, export.checkpoint_id))
     reference = TransformersEngine(export, EngineConfig(kind="transformers", dtype="float32"))
     return check_equivalence(ours, reference, open_engine(export, engine_config), config)

@@ -119,10 +119,12 @@ def training_model(checkpoint: TrainedCheckpoint) -> Transformer:
     return model.eval()
 
 
-def export_checkpoint(lake: Lake, checkpoint_id: str, *, run_id: str = "",
+def export_checkpoint(lake: Lake, checkpoint: "str | TrainedCheckpoint", *, run_id: str = "",
                       asset_key: str = "checkpoint_export") -> ExportRef:
-    """Export `checkpoint_id` to a content-addressed HF Llama directory and record its lineage."""
-    checkpoint = find_checkpoint(lake, checkpoint_id)
+    """Export a checkpoint (its id, or one `find_checkpoint` already verified) to a content-addressed
+    HF Llama directory and record its lineage."""
+    if isinstance(checkpoint, str):
+        checkpoint = find_checkpoint(lake, checkpoint)
     model = training_model(checkpoint)
     root = artifacts_dir(lake.home) / "exports"
     root.mkdir(parents=True, exist_ok=True)
