@@ -1,8 +1,13 @@
-"""`training_run`: one partition per experiment in configs/experiments; materializing it plans
-the run here (a bad config fails before any process starts), then launches `python -m
-factory.train` (under torchrun for several ranks) through Dagster Pipes. Logs and the final
-summary (loss curve, checkpoints) stream back; a relaunch resumes from the latest valid
-checkpoint, so a killed run loses at most `checkpoint.every` steps.
+"""`training_run`: one dynamic partition per run (`<experiment>-<hash8>`, added by the experiment
+sensor, the sweep schedules and `factory experiment submit` / `factory sweep launch`).
+Materializing it plans the run here (a bad config fails before any process starts), then
+launches `python -m factory.train` (under torchrun for several ranks) through Dagster Pipes.
+Logs and the final summary (loss curve, checkpoints) stream back; a relaunch resumes from the
+latest valid checkpoint, so a killed run loses at most `checkpoint.every` steps.
+
+Queued runs carry their experiment as JSON in the run config, so a run trains exactly what was
+queued; a partition launched by hand from the UI is looked up among the experiment files and
+sweep cells by its run name.
 """
 
 
@@ -12,17 +17,18 @@ from dagster import (
     AllPartitionMapping,
     AssetDep,
     Config,
+    DynamicPartitionsDefinition,
     MaterializeResult,
     MetadataValue,
     PipesSubprocessClient,
-    StaticPartitionsDefinition,
     asset,
 )
 
 from assets.evals import checkpoint_key, checkpoint_partitions
-from configs.experiments import EXPERIMENTS, experiment
-from factory.experiments import plan_experiment
+from factory.experiments import ExperimentConfig, ExperimentError, plan_experiment
 from factory.experiments.card import render_card
+from factory.experiments.queue import resolve_run
+from factory.experiments.sweep import run_name
 from factory.home import CHECKOUT
 from factory.train.checkpoint import checkpoints
 from factory.train.launch import launch_command
@@ -30,10 +36,12 @@ from resources.lake import LakeResource
 from resources.pipes_reporter import SPEC as PIPES_REPORTER
 from resources.tracker import TrackerResource
 
-experiment_partitions = StaticPartitionsDefinition(sorted(EXPERIMENTS))
+training_runs = DynamicPartitionsDefinition(name="training_runs")
 
 
 class TrainingRunConfig(Config):
+    experiment_json: Optional[str] = None
+    """The experiment, as queued (`ExperimentConfig` JSON); its run name must be the partition."""
     steps: Optional[int] = None
     """Override the experiment's length in optimizer steps (e.g. a shorter CI run)."""
     checkpoint_every: Optional[int] = None
@@ -42,6 +50,14 @@ class TrainingRunConfig(Config):
     """Override the steps between evaluations (the eval sensor evaluates those checkpoints)."""
     eval_suite: Optional[str] = None
     """Override the eval suite (configs/evals.py) run on them."""
+
+    def experiment(self, run: str) -> ExperimentConfig:
+        if self.experiment_json is None:
+            return resolve_run(run)
+        exp = ExperimentConfig.model_validate_json(self.experiment_json)
+        if run_name(exp) != run:
+            raise ExperimentError(f"run config's experiment is run {run_name(exp)!r}, but the partition is {run!r}")
+        return exp
 
     def apply(self, exp):
         changes = {}
@@ -55,29 +71,31 @@ class TrainingRunConfig(Config):
 
 @asset(
     key="training_run",
-    partitions_def=experiment_partitions,
+    partitions_def=training_runs,
     deps=[AssetDep("mix", partition_mapping=AllPartitionMapping())],
     group_name="train",
     kinds={"pytorch"},
     op_tags={"factory/kind": "training"},
-    description="A training run of one experiment (configs/experiments): streams its mix, checkpoints to "
-                "train.checkpoints, metrics to MLflow and train.metrics. Resumes from its latest valid checkpoint.",
+    description="A training run of one experiment (configs/experiments) or sweep cell (configs/sweeps): streams its "
+                "mix, checkpoints to train.checkpoints, metrics to MLflow and train.metrics. Resumes from its latest "
+                "valid checkpoint.",
 )
 def training_run(context, config: TrainingRunConfig, lake: LakeResource, tracker: TrackerResource,
                  pipes_subprocess_client: PipesSubprocessClient) -> MaterializeResult:
-    plan = plan_experiment(lake.lake(), config.apply(experiment(context.partition_key)))
+    run = context.partition_key
+    plan = plan_experiment(lake.lake(), config.apply(config.experiment(run)))
     card = render_card(plan)
-    context.log.info(f"planned {plan.experiment.name}: {plan.steps} steps, {plan.parameters:,} parameters, "
-                     f"{plan.mix_version}")
+    context.log.info(f"planned {run}: {plan.steps} steps, {plan.parameters:,} parameters, {plan.mix_version}\n\n{card}")
     home = str(lake.lake().home)
     completed = pipes_subprocess_client.run(
-        context=context, command=launch_command(plan, home=home, run_id=context.run_id, reporter=PIPES_REPORTER),
+        context=context, command=launch_command(plan, home=home, run_id=context.run_id, run=run,
+                                                reporter=PIPES_REPORTER),
         env={**tracker.env(), "FACTORY_HOME": home}, cwd=str(CHECKOUT),
     )
     result = completed.get_materialize_result()
     # every checkpoint becomes a partition of checkpoint_export / eval_scores (the sensor adds the
     # ones it evaluates as they land; this makes the others launchable from the UI)
-    keys = [checkpoint_key(r["checkpoint_id"]) for r in checkpoints(lake.lake(), plan.experiment.name)]
+    keys = [checkpoint_key(r["checkpoint_id"]) for r in checkpoints(lake.lake(), run)]
     context.instance.add_dynamic_partitions(checkpoint_partitions.name, keys)
     return MaterializeResult(metadata={**(result.metadata or {}), "card": MetadataValue.md(card),
-                                       "config_hash": plan.config_hash})
+                                       "config_hash": plan.config_hash, "experiment": plan.experiment.name})

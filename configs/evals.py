@@ -27,7 +27,12 @@ def quick() -> SuiteConfig:
     ])
 
 
-SUITES = {"default": default, "quick": quick}
+def heldout() -> SuiteConfig:
+    """Held-out bits per byte only: what sweeps and the auto-mixer's proxies are ranked by."""
+    return SuiteConfig(name="heldout", tasks=[{"task": "bpb", "max_docs": 16, "max_bytes_per_doc": 2048}])
+
+
+SUITES = {"default": default, "quick": quick, "heldout": heldout}
 
 
 def suite(name: str) -> SuiteConfig:

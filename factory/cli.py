@@ -64,12 +64,14 @@ def main(argv: list[str] | None = None) -> int:
 def _user_error(exc: Exception) -> bool:
     """Errors a user can cause get one line on stderr; anything else is a bug and keeps its traceback."""
     from factory.data.sources import SourceError
+    from factory.experiments import ExperimentError
+    from factory.experiments.launcher import LaunchError
     from factory.infer.export import ExportError
     from factory.lake import LakeError
     from factory.mix import MixError
     from factory.tokenize import TokenizerError
 
-    return isinstance(exc, (LakeError, SourceError, MixError, TokenizerError, ExportError))
+    return isinstance(exc, (LakeError, SourceError, MixError, TokenizerError, ExportError, ExperimentError, LaunchError))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -147,7 +149,59 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.set_defaults(run=_evals("serve"))
+    _experiment_commands(commands, home)
     return parser
+
+
+def _experiment_commands(commands, home) -> None:
+    url = argparse.ArgumentParser(add_help=False)
+    url.add_argument("--url", help="Dagster webserver, e.g. http://127.0.0.1:3000 (default: queue through "
+                                   "dagster-graphql into $DAGSTER_HOME, no server needed)")
+    experiment = commands.add_parser("experiment", parents=[home], help="experiments as code: list, show, submit")
+    actions = experiment.add_subparsers(dest="experiment_command", required=True, metavar="ACTION")
+    actions.add_parser("list", parents=[home], help="every experiment in configs/experiments and its run name") \
+        .set_defaults(run=_experiments("experiment_list"))
+    show = actions.add_parser("show", parents=[home], help="plan an experiment and print its card")
+    show.add_argument("name")
+    show.set_defaults(run=_experiments("experiment_show"))
+    for action, text in (("submit", "queue runs of experiments (unchanged ones are skipped)"),
+                         ("register", "add the runs' training_run partitions only; print their run names")):
+        p = actions.add_parser(action, parents=[home, url], help=text)
+        p.add_argument("names", nargs="*", metavar="NAME")
+        p.add_argument("--all", action="store_true", help="every experiment")
+        if action == "submit":
+            p.add_argument("--force", action="store_true", help="queue even when a run of the same config exists")
+        p.set_defaults(run=_experiments(f"experiment_{action}"))
+
+    sweep = commands.add_parser("sweep", parents=[home], help="sweeps: list, show, launch, run, results")
+    actions = sweep.add_subparsers(dest="sweep_command", required=True, metavar="ACTION")
+    actions.add_parser("list", parents=[home], help="every sweep in configs/sweeps").set_defaults(
+        run=_experiments("sweep_list"))
+    for action, text in (("show", "a sweep's cells and their run names"),
+                         ("launch", "queue one tagged run per cell in Dagster"),
+                         ("run", "train and evaluate every cell here, one after another (no Dagster)"),
+                         ("results", "write sweeps.results, rank the cells, plot them")):
+        p = actions.add_parser(action, parents=[home] + ([url] if action == "launch" else []), help=text)
+        p.add_argument("name")
+        if action == "launch":
+            p.add_argument("--force", action="store_true", help="queue cells that already have runs too")
+        if action == "run":
+            p.add_argument("--no-eval", action="store_true", help="train only")
+        p.set_defaults(run=_experiments(f"sweep_{action}"))
+
+    automix = commands.add_parser("automix", parents=[home], help="RegMix: propose a mix from a proxy sweep")
+    automix.add_argument("sweep", help="a sweep over mix_weights whose cells are evaluated (e.g. automix)")
+    automix.add_argument("--name", default="automix", help="mix name to register the proposal under")
+    automix.set_defaults(run=_experiments("automix"))
+
+
+def _experiments(action: str):
+    def run(args: argparse.Namespace, out: Console) -> int:
+        from factory.experiments import commands
+
+        return getattr(commands, f"cmd_{action}")(args, out)
+
+    return run
 
 
 def _evals(action: str):

@@ -4,9 +4,11 @@ from dagster import AssetKey, AssetSelection, define_asset_job
 
 from assets.evals import checkpoint_partitions
 from assets.refine import dedup_asset_keys
+from factory.experiments.queue import PRIORITY
 
-# Run-queue priorities (`dagster/priority`, higher starts first): evals jump ahead of training.
-EVAL_PRIORITY = "10"
+# Run-queue priorities (`dagster/priority`, higher starts first): evals jump ahead of training,
+# sweep cells wait behind it (factory.experiments.queue).
+EVAL_PRIORITY = str(PRIORITY["eval"])
 
 ingest_job = define_asset_job(
     "ingest_job",
@@ -35,8 +37,9 @@ mix_job = define_asset_job(
 train_job = define_asset_job(
     "train_job",
     selection=AssetSelection.assets(AssetKey("training_run")),
-    description="Train one experiment (pick it as the partition); resumes from its latest valid checkpoint.",
-    tags={"factory/kind": "training"},
+    description="Train one run (partition <experiment>-<hash8>, added when it is queued); resumes from its latest "
+                "valid checkpoint.",
+    tags={"factory/kind": "training", "dagster/priority": str(PRIORITY["training"])},
 )
 
 eval_job = define_asset_job(

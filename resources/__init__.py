@@ -3,6 +3,7 @@
 from dagster import PipesSubprocessClient
 
 from factory.home import CHECKOUT
+from resources.experiments import ExperimentsResource
 from resources.inference import InferenceResource, SandboxResource
 from resources.lake import LakeResource
 from resources.spark import SparkResource
@@ -14,6 +15,7 @@ def default_resources() -> dict:
     training processes launched locally through Pipes. No env read here."""
     return {
         "lake": LakeResource(),
+        "experiments": ExperimentsResource(),
         "spark": SparkResource(),
         "tracker": TrackerResource(),
         "inference": InferenceResource(),
@@ -23,4 +25,4 @@ def default_resources() -> dict:
     }
 
 
-__all__ = ["InferenceResource", "LakeResource", "SandboxResource", "SparkResource", "TrackerResource", "default_resources"]
+__all__ = ["ExperimentsResource", "InferenceResource", "LakeResource", "SandboxResource", "SparkResource", "TrackerResource", "default_resources"]

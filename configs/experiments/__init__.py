@@ -1,43 +1,21 @@
-"""Experiments as code: each function returns a validated `ExperimentConfig`; a variant calls its
-base and changes a few fields (`base().derive(...)`, validated again). Launch one with
-`dagster asset materialize -m definitions --select training_run --partition <name>` or
-`python -m factory.train --experiment <name>`."""
+"""Experiments as code: every module here holds functions annotated `-> ExperimentConfig`; a
+variant calls its base and changes a few fields (`base().derive(...)`, validated again).
 
-from __future__ import annotations
+Each experiment file opens with its goal and launch command. The experiment sensor reads this
+directory every tick (`factory.experiments.registry`): a new or edited experiment is queued as
+run `<name>-<hash8>` (`run_key` = its identity hash), an unchanged one never again. By hand:
+`factory experiment list | show NAME | submit NAME`, or without Dagster
+`python -m factory.train --experiment NAME`.
+"""
 
-from collections.abc import Callable
-
-from factory.experiments import ExperimentConfig, ExperimentError
-from factory.train.config import CheckpointConfig, ModelConfig, OptimizerConfig, ParallelConfig, ScheduleConfig
-
-
-def smoke() -> ExperimentConfig:
-    """Goal: prove the whole path (mix -> training -> checkpoints -> metrics) on one CPU in about
-    a minute, with a loss that clearly falls. 1.3 M parameters at d=128 on the default mix."""
-    return ExperimentConfig(
-        name="smoke",
-        description="A tiny model on the default mix: does everything run end to end, and does the loss fall?",
-        model=ModelConfig(d_model=128, n_layers=4, n_heads=4, n_kv_heads=2, max_seq_len=256),
-        mix="default",
-        global_batch=16,
-        micro_batch=8,
-        steps=120,
-        optimizer=OptimizerConfig(lr=3e-3, weight_decay=0.1),
-        schedule=ScheduleConfig(kind="cosine", warmup_steps=10),
-        checkpoint=CheckpointConfig(every=40, keep_last=3),
-        eval_every=40,
-    )
-
-
-def smoke_ddp() -> ExperimentConfig:
-    """The smoke run on two gloo ranks (torchrun --nproc-per-node 2)."""
-    return smoke().derive(name="smoke_ddp", parallel=ParallelConfig(nproc_per_node=2))
-
-
-EXPERIMENTS: dict[str, Callable[[], ExperimentConfig]] = {"smoke": smoke, "smoke_ddp": smoke_ddp}
+from configs.experiments.smoke import smoke, smoke_ddp
+from factory.experiments import ExperimentConfig
+from factory.experiments.registry import get_experiment
 
 
 def experiment(name: str) -> ExperimentConfig:
-    if name not in EXPERIMENTS:
-        raise ExperimentError(f"no experiment {name!r} in configs/experiments (have: {', '.join(sorted(EXPERIMENTS))})")
-    return EXPERIMENTS[name]()
+    """The experiment `name` as the files say now (errors list the ones that exist)."""
+    return get_experiment(name)
+
+
+__all__ = ["experiment", "smoke", "smoke_ddp"]

@@ -4,6 +4,7 @@ saved beside the run's checkpoints, so anyone can see what was trained without r
 from __future__ import annotations
 
 from factory.experiments.spec import Plan
+from factory.experiments.sweep import run_name
 
 
 def render_card(plan: Plan) -> str:
@@ -11,6 +12,8 @@ def render_card(plan: Plan) -> str:
     o, s = e.optimizer, e.schedule
     rows = [
         ("mix", f"`{plan.mix_version}`" + (" (followed live)" if e.follow_mix and "@" not in e.mix else " (pinned)")),
+        *([("mix weights", ", ".join(f"{t} {w:g}" for t, w in e.mix_weights.items()) + " (the mix's own replaced)")]
+          if e.mix_weights else []),
         ("tokenizer", f"`{plan.tokenizer}` ({m.vocab_size:,} tokens)"),
         ("sequence length", f"{plan.seq_len} tokens"),
         ("batch", f"{e.global_batch} sequences = {plan.tokens_per_step:,} tokens / step "
@@ -39,5 +42,5 @@ def render_card(plan: Plan) -> str:
     launcher = f"torchrun --standalone --nproc-per-node {n} -m factory.train" if n > 1 else "python -m factory.train"
     return (f"# Experiment `{e.name}`\n\n{e.description or '(no description)'}\n\n"
             f"| | |\n|---|---|\n{table}\n\n"
-            f"Run it: `dagster asset materialize -m definitions --select training_run --partition {e.name}` "
+            f"Run it: `factory experiment submit {e.name}` (queued in Dagster as run `{run_name(e)}`) "
             f"or `{launcher} --experiment {e.name}`\n")

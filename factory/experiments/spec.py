@@ -13,7 +13,7 @@ shorter than the mix's sequences, a missing mix) fails here, before any process 
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from factory.train.config import (
     CheckpointConfig,
@@ -32,6 +32,11 @@ class ExperimentError(ValueError):
     """An experiment cannot run as configured; the message names the field."""
 
 
+def validation_message(e: ValidationError) -> str:
+    """`field.path: message; ...` — pydantic's errors on one line, without its input echo."""
+    return "; ".join(f"{'.'.join(map(str, err['loc'])) or '(config)'}: {err['msg']}" for err in e.errors())
+
+
 class ExperimentConfig(BaseModel):
     """One training experiment."""
 
@@ -42,6 +47,9 @@ class ExperimentConfig(BaseModel):
     model: ModelConfig
     mix: str = Field(description="Mix name (newest version, followed live) or mix/<name>@v<N> (pinned).")
     follow_mix: bool = Field(True, description="Switch to newer versions of the mix at step boundaries.")
+    mix_weights: dict[str, float] | None = Field(
+        None, description="Reweight the mix's sources (table -> share of sequences, summing to 1; tables left out get "
+                          "0): what sweeps over mixes and the auto-mixer's proxies vary. None = the mix's own weights.")
     global_batch: int = Field(gt=0, description="Sequences per optimizer step, all ranks together.")
     micro_batch: int = Field(gt=0, description="Sequences per forward/backward on one rank.")
     tokens: int | None = Field(None, gt=0, description="Training length in tokens (steps derived); or give steps.")
@@ -65,6 +73,10 @@ class ExperimentConfig(BaseModel):
     def _length(self) -> "ExperimentConfig":
         if (self.tokens is None) == (self.steps is None):
             raise ValueError("give exactly one of tokens or steps")
+        if self.mix_weights is not None:
+            bad = {t: w for t, w in self.mix_weights.items() if not w >= 0}
+            if bad or abs(sum(self.mix_weights.values()) - 1) > 1e-6:
+                raise ValueError(f"mix_weights must be >= 0 and sum to 1, got {self.mix_weights}")
         world = self.parallel.world_size
         if self.global_batch % (self.micro_batch * world):
             raise ValueError(f"global_batch={self.global_batch} must be a multiple of micro_batch={self.micro_batch} "
@@ -112,13 +124,17 @@ def plan_experiment(lake, experiment: ExperimentConfig) -> Plan:
     """Resolve the mix and tokenizer and derive the run's numbers; errors name the field."""
     from factory.mix import MixError, get_version
     from factory.tokenize import load_tokenizer
-    from factory.train.model import count_parameters
+    from factory.train.params import count_parameters
 
     try:
         version = get_version(lake, experiment.mix)
     except MixError as e:
         raise ExperimentError(f"experiment {experiment.name}: mix: {e}") from None
     seq_len = version.spec.seq_len
+    unknown = sorted(set(experiment.mix_weights or {}) - set(version.spec.weights))
+    if unknown:
+        raise ExperimentError(f"experiment {experiment.name}: mix_weights names tables not in {version.version_id}: "
+                              f"{unknown} (it has {sorted(version.spec.weights)})")
     model = experiment.model
     if model.max_seq_len < seq_len:
         raise ExperimentError(f"experiment {experiment.name}: model.max_seq_len={model.max_seq_len} is shorter than "

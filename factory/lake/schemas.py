@@ -204,3 +204,27 @@ SYNTHETIC_REJECTED = Schema(
     NestedField(7, "batch_id", StringType(), required=True),
     NestedField(8, "created_at", TimestamptzType(), required=True),
 )
+
+# One row per (sweep cell, task, metric) of the cell's final evaluated step; a cell not evaluated
+# yet has one row with empty scores. Replaced per sweep by `factory.experiments.results`.
+SWEEP_RESULTS = Schema(
+    NestedField(1, "sweep", StringType(), required=True, doc="sweep name"),
+    NestedField(2, "cell", IntegerType(), required=True, doc="cell index in the sweep's expansion"),
+    NestedField(3, "run", StringType(), required=True, doc="<sweep>-<hash8>"),
+    NestedField(4, "config_hash", StringType(), required=True, doc="experiment identity hash"),
+    NestedField(5, "params_json", StringType(), required=True, doc="canonical JSON: field path -> the cell's value"),
+    NestedField(6, "experiment_json", StringType(), required=True, doc="canonical JSON of the cell's experiment"),
+    NestedField(7, "status", StringType(), required=True, doc="evaluated, trained (checkpoints, no eval) or pending"),
+    NestedField(8, "rank", IntegerType(), required=True, doc="the cell's rank by ranked_by (1 = best, unscored last)"),
+    NestedField(9, "ranked_by", StringType(), required=True, doc="the sweep's task/metric, lower is better"),
+    NestedField(10, "step", LongType(), required=False, doc="evaluated step, or the last checkpoint's when trained"),
+    NestedField(11, "tokens", LongType(), required=False, doc="tokens trained on up to step"),
+    NestedField(12, "train_loss", DoubleType(), required=False, doc="training loss of the checkpoint at step"),
+    NestedField(13, "task", StringType(), required=False),
+    NestedField(14, "metric", StringType(), required=False),
+    NestedField(15, "value", DoubleType(), required=False),
+    NestedField(16, "stderr", DoubleType(), required=False),
+    NestedField(17, "eval_id", StringType(), required=False),
+    NestedField(18, "checkpoint_id", StringType(), required=False),
+    NestedField(19, "created_at", TimestamptzType(), required=True, doc="when this row was written"),
+)

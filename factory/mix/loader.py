@@ -65,6 +65,7 @@ class LoaderConfig(BaseModel):
     follow: bool = Field(False, description="Switch to newer versions of the mix at step boundaries.")
     poll_every: int = Field(50, gt=0, description="Steps between checks for a newer version when following.")
     batch_rows: int = Field(1024, gt=0, description="Rows per Parquet record batch read.")
+    weights: dict[str, float] | None = Field(None, description="Replace the version's weights (and stages) with these.")
 
 
 class MixExhausted(Exception):
@@ -198,6 +199,8 @@ class MixLoader:
     def _weights_at_step(self, step: int) -> tuple[int, dict[str, float]]:
         base_step, base_tokens = self._base
         tokens = base_tokens + (step - base_step) * self.config.global_batch * self._ctx.seq_tokens
+        if self.config.weights is not None:
+            return 0, {t: self.config.weights.get(t, 0.0) for t in self.version.spec.weights}
         return self.version.stage_at(tokens)
 
     def _weights_for_sequence(self, i: int) -> dict[str, float]:

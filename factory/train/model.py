@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from factory.train.config import ModelConfig, OptimizerConfig
+from factory.train.params import BLOCK_PARAMS, _vocab, count_parameters, flops_per_token  # noqa: F401 (re-exported)
 
 
 class RMSNorm(nn.Module):
@@ -122,20 +123,7 @@ class AttentionBlock(nn.Module):
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
-def _attention_block_params(config: ModelConfig) -> int:
-    d, hd = config.d_model, config.head_dim
-    attn = 2 * d * config.n_heads * hd + 2 * d * config.kv_heads * hd
-    return attn + 3 * d * config.ffn_dim + 2 * d
-
-
 BLOCKS: dict[str, Callable[[ModelConfig, int], nn.Module]] = {"attention": AttentionBlock}
-BLOCK_PARAMS: dict[str, Callable[[ModelConfig], int]] = {"attention": _attention_block_params}
-
-
-def _vocab(config: ModelConfig) -> int:
-    if config.vocab_size is None:
-        raise ValueError("ModelConfig.vocab_size is None: set it from the tokenizer before building the model")
-    return config.vocab_size
 
 
 class Transformer(nn.Module):
@@ -215,27 +203,6 @@ def param_groups(model: Transformer, optimizer: OptimizerConfig) -> list[dict]:
          "lr": optimizer.lr * settings[name][1]}
         for name, params in buckets.items() if params
     ]
-
-
-def count_parameters(config: ModelConfig) -> int:
-    """Trainable parameters, by arithmetic (a tied embedding counts once)."""
-    vocab, d = _vocab(config), config.d_model
-    pattern = config.layer_pattern
-    blocks = sum(BLOCK_PARAMS[pattern[i % len(pattern)]](config) for i in range(config.n_layers))
-    return vocab * d * (1 if config.tie_embeddings else 2) + blocks + d
-
-
-def flops_per_token(config: ModelConfig, seq_len: int) -> float:
-    """Training FLOPs per token: 6 * (non-embedding params + LM head) + 12 * n_layers * d_model * seq_len.
-
-    6N is forward (2 per multiply-add) plus backward (twice the forward) for every weight a token
-    meets; the embedding lookup is not a matmul, the head is (tied or not). The second term is
-    QK^T and AV at 2 * 2 * d_model * seq_len per layer forward, times 3; it counts the full
-    T x T matrix, not the causal half, like nanoGPT and PaLM (appendix B), so MFU compares with
-    published numbers."""
-    vocab, d = _vocab(config), config.d_model
-    non_embedding = count_parameters(config) - vocab * d * (1 if config.tie_embeddings else 2)
-    return 6.0 * (non_embedding + vocab * d) + 12.0 * config.n_layers * d * seq_len
 
 
 def llama_config_dict(config: ModelConfig) -> dict:

@@ -81,7 +81,7 @@ def train(plan: Plan, lake: Lake, *, run: str | None = None, run_id: str = "", r
         lake, plan.mix_version,  # a resumed loader continues on the version in its state
         LoaderConfig(global_batch=exp.global_batch, num_shards=exp.loader_shards, seed=exp.seed,
                      num_workers=exp.loader_workers, follow=exp.follow_mix and "@" not in exp.mix,
-                     poll_every=exp.checkpoint.every),
+                     poll_every=exp.checkpoint.every, weights=exp.mix_weights),
         rank=d.rank, world_size=d.world_size, state=loader_state,
         resolve=agreed_resolver(lake, plan.mix_version.removeprefix("mix/").split("@")[0]) if d.active else None,
         run_id=run if d.main else "",

@@ -94,4 +94,5 @@ def dagster_dev(factory_env, tmp_path, server):
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"dagster dev did not come up: {(tmp_path / 'dagster-dev.log').read_text()[-3000:]}")
             time.sleep(1)
+    client.url = f"http://127.0.0.1:{port}"  # for factory.experiments.launcher.GraphQL
     return client

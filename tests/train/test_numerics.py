@@ -228,7 +228,7 @@ def test_card_shows_mix_length_parameters_and_launch_commands():
     assert f"| model | {plan.parameters / 1e6:.2f} M parameters: d_model 128, 4 layers, 4 heads / 2 kv heads" in card
     assert "(micro-batch 8 x 1 ranks x 2 accumulation)" in card
     assert f"| identity hash | `{smoke().identity_hash()}` |" in card
-    assert "`dagster asset materialize -m definitions --select training_run --partition smoke`" in card
+    assert f"`factory experiment submit smoke` (queued in Dagster as run `smoke-{smoke().identity_hash()[:8]}`)" in card
     assert "`python -m factory.train --experiment smoke`" in card
 
 

@@ -1,6 +1,7 @@
 """The `training_run` asset through Dagster, and the configs it refuses.
 
-Through `materialize([training_run], partition_key="smoke")` with the real resources
+Through `materialize([training_run], partition_key=SMOKE)` (the smoke experiment's run name,
+`smoke-<hash8>`, added as a dynamic partition first) with the real resources
 (`LakeResource` on a tmp lake, `TrackerResource` = MLflow on sqlite + Iceberg, and
 `PipesSubprocessClient`, which starts `python -m factory.train` as a child process):
 
@@ -35,19 +36,23 @@ from pydantic import ValidationError
 
 from assets.train import training_run
 from configs.experiments import smoke
+from factory.experiments.sweep import run_name
 from factory.home import CHECKOUT, artifacts_dir
 from factory.train.checkpoint import checkpoint_dir, checkpoints, latest_valid, load_checkpoint
 from resources import LakeResource, TrackerResource
 
 RUN_CONFIG = {"ops": {"training_run": {"config": {"steps": 8, "checkpoint_every": 3}}}}
+SMOKE = run_name(smoke())
 
 
 def materialize_smoke(home, run_config=RUN_CONFIG, instance: DagsterInstance | None = None):
+    instance = instance or DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("training_runs", [SMOKE])
     return materialize(
-        [training_run], partition_key="smoke",
+        [training_run], partition_key=SMOKE,
         resources={"lake": LakeResource(home=str(home)), "tracker": TrackerResource(),
                    "pipes_subprocess_client": PipesSubprocessClient(cwd=str(CHECKOUT))},
-        run_config=run_config, instance=instance or DagsterInstance.ephemeral(), raise_on_error=False,
+        run_config=run_config, instance=instance, raise_on_error=False,
     )
 
 
@@ -68,7 +73,7 @@ def run_log(instance: DagsterInstance, result) -> list[str]:
 
 
 def final_model(lake) -> tuple[int, dict]:
-    ref = latest_valid(checkpoint_dir(lake.home, "smoke"), log=pytest.fail)
+    ref = latest_valid(checkpoint_dir(lake.home, SMOKE), log=pytest.fail)
     assert ref is not None
     return ref.step, load_checkpoint(ref)["model"]
 
@@ -81,7 +86,7 @@ def test_killed_run_relaunches_from_its_last_checkpoint_and_matches_an_uninterru
     first = materialize_smoke(killed.home)
     assert not first.success
     assert "process failed with code -9" in failure(first), failure(first)  # -9: killed by SIGKILL
-    assert [r["step"] for r in checkpoints(killed, "smoke")] == [3], "killed after step 5: step 3 is the last save"
+    assert [r["step"] for r in checkpoints(killed, SMOKE)] == [3], "killed after step 5: step 3 is the last save"
 
     training_env.delenv("FACTORY_FAULTS")
     instance = DagsterInstance.ephemeral()
@@ -90,8 +95,8 @@ def test_killed_run_relaunches_from_its_last_checkpoint_and_matches_an_uninterru
     resumed = [m for m in run_log(instance, second) if "resum" in m]
     assert any("resuming after step 3" in m for m in resumed), resumed
     meta = metadata(second)
-    assert meta["checkpoints"] == ["ckpt/smoke@6", "ckpt/smoke@8"], "the relaunch saved only what it trained"
-    assert [r["step"] for r in checkpoints(killed, "smoke")] == [3, 6, 8]
+    assert meta["checkpoints"] == [f"ckpt/{SMOKE}@6", f"ckpt/{SMOKE}@8"], "the relaunch saved only what it trained"
+    assert [r["step"] for r in checkpoints(killed, SMOKE)] == [3, 6, 8]
     assert (meta["steps"], meta["skipped_steps"], meta["incidents"]) == (8, 0, 0)
     assert isinstance(meta["final_loss"], float) and 3.0 < meta["final_loss"] < 6.5, meta["final_loss"]
     assert meta["loss_curve"].startswith("![") and "data:image/png;base64," in meta["loss_curve"]
@@ -100,7 +105,7 @@ def test_killed_run_relaunches_from_its_last_checkpoint_and_matches_an_uninterru
 
     third = materialize_smoke(straight.home)
     assert third.success, failure(third)
-    assert metadata(third)["checkpoints"] == ["ckpt/smoke@3", "ckpt/smoke@6", "ckpt/smoke@8"]
+    assert metadata(third)["checkpoints"] == [f"ckpt/{SMOKE}@3", f"ckpt/{SMOKE}@6", f"ckpt/{SMOKE}@8"]
 
     (step_a, a), (step_b, b) = final_model(killed), final_model(straight)
     assert step_a == step_b == 8
@@ -124,7 +129,7 @@ def test_bad_configs_fail_in_the_asset_before_any_process_starts(make_lake, trai
     assert "ValidationError" in failure(zero) and "checkpoint.every" in failure(zero), failure(zero)
 
     assert [p for p in launched if p.exists()] == [], "a training process was started"
-    assert checkpoints(lake, "smoke") == []
+    assert checkpoints(lake, SMOKE) == []
 
 
 @pytest.mark.slow

@@ -1,0 +1,237 @@
+"""The auto-mixer: regress proxy runs' held-out loss on their mix weights, and propose a mix.
+
+RegMix (Liu et al. 2024, "RegMix: Data Mixture as Regression for Language Model Pre-training",
+arXiv:2407.01492) trains many small proxy models on random mixtures, fits a regression from
+mixture weights to loss, and searches the simplex with it for the mixture predicted to be best.
+Here the proxies are the cells of the `automix` sweep (`configs/sweeps/automix.py`: Dirichlet
+weights over the default mix's tables, each scored on held-out bits per byte), and the answer is
+an ordinary mix version, `mix/automix@vN`, whose lineage reaches every proxy's checkpoint and eval.
+
+Design, and why:
+- `fit` is ridge regression on Scheffé's quadratic mixture features, w_i and w_i*w_j (i < j). On
+  the simplex 1 = Σ w_i and w_i² = w_i − Σ_{j≠i} w_i w_j, so an intercept and the squares add
+  collinearity, not shape: this is every quadratic in 6 features for 3 tables, few enough for 16
+  proxies (RegMix's LightGBM wants hundreds). A quadratic is the smallest model with an interior
+  optimum; with no more proxies than its features the fit falls back to linear. Features are
+  standardized so one penalty treats them alike; `ridge` only steadies the solve.
+- Fit quality is measured out of sample: leave-one-out RMSE, and the Spearman correlation of
+  left-out predictions with actual losses, since ranking mixes is all the search needs.
+- `propose` searches as RegMix does: candidates come from the proxies' own Dirichlet (the fit is
+  only trusted where proxies were), and the top_k best are averaged instead of taking the argmin,
+  which would chase the fit's error into a corner of the simplex.
+- `register_proposal` goes through `register_mix_version`, the one way a mix version comes to be.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from itertools import combinations
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from factory.experiments.sweep import Dirichlet, round_weights
+from factory.lake import Lake
+from factory.mix.spec import MixSource, MixSpec
+from factory.mix.versions import MixVersion, register_mix_version
+
+MIN_PROXIES = 4
+WEIGHT_TOLERANCE = 1e-3  # proxy weights are rounded to 4 decimals by the sweep; they still sum to ~1
+
+
+class AutomixError(ValueError):
+    """The proxy results cannot support a fit or a proposal; the message names the problem."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ProxyResult(_Frozen):
+    """One proxy run: the weights it trained on and its held-out loss (lower is better)."""
+
+    run: str
+    weights: dict[str, float]
+    loss: float
+    upstream: list[str] = Field(default_factory=list, description="Lineage ids behind the loss (checkpoint, eval).")
+
+
+class FitQuality(_Frozen):
+    """How well the regression ranks mixes it has not seen (the numbers the UI shows)."""
+
+    features: Literal["quadratic", "linear"]
+    n: int
+    r2: float
+    loo_rmse: float
+    loo_spearman: float
+
+
+@dataclass(frozen=True, eq=False)
+class Regression:
+    """Ridge regression from weights (columns in `tables` order) to loss, on standardized features."""
+
+    tables: tuple[str, ...]
+    features: Literal["quadratic", "linear"]
+    coef: np.ndarray
+    intercept: float
+    mean: np.ndarray
+    scale: np.ndarray
+    quality: FitQuality
+
+    def predict(self, W: np.ndarray) -> np.ndarray:
+        return _predict(_features(np.atleast_2d(W), self.features), self.coef, self.intercept, self.mean, self.scale)
+
+
+class Proposal(_Frozen):
+    """The proposed weights, what the fit predicts for them, and what they are compared against."""
+
+    weights: dict[str, float]
+    predicted_loss: float
+    best: ProxyResult = Field(description="The proxy with the lowest observed loss.")
+    uniform_loss: float = Field(description="Predicted loss of equal weights.")
+    fit: FitQuality
+
+    @property
+    def n_proxies(self) -> int:
+        return self.fit.n
+
+    def summary(self) -> str:
+        """A Markdown table: proposed vs best proxy vs uniform, then the fit's quality."""
+        uniform = 1 / len(self.weights)
+        lines = [f"| table | proposed | best proxy `{self.best.run}` | uniform |", "|---|---:|---:|---:|"]
+        lines += [f"| {t} | {w:.4f} | {self.best.weights.get(t, 0.0):.4f} | {uniform:.4f} |"
+                  for t, w in self.weights.items()]
+        lines.append(f"| **loss** | {self.predicted_loss:.4f} (predicted) | {self.best.loss:.4f} (observed) "
+                     f"| {self.uniform_loss:.4f} (predicted) |")
+        f = self.fit
+        return "\n".join(lines) + (f"\n\n{f.features} ridge fit on {f.n} proxies: in-sample R² {f.r2:.3f}, "
+                                   f"leave-one-out RMSE {f.loo_rmse:.4f}, leave-one-out Spearman {f.loo_spearman:.3f}.")
+
+
+def fit(results: Sequence[ProxyResult], tables: Sequence[str], *, ridge: float = 1e-3) -> Regression:
+    """Quadratic (or, with few proxies, linear) ridge regression of loss on weights, with its
+    in-sample R² and leave-one-out RMSE and Spearman (each point predicted by a refit without it)."""
+    tables = tuple(tables)
+    W, y = _data(results, tables)
+    if not ridge > 0:
+        raise AutomixError(f"automix: ridge must be > 0 (standardized simplex features are collinear), got {ridge}")
+    n_quadratic = len(tables) + len(tables) * (len(tables) - 1) // 2
+    kind = "quadratic" if len(y) > n_quadratic else "linear"
+    X = _features(W, kind)
+    params = _ridge(X, y, ridge)
+    fitted = _predict(X, *params)
+    loo = np.array([_predict(X[i:i + 1], *_ridge(np.delete(X, i, 0), np.delete(y, i), ridge))[0]
+                    for i in range(len(y))])
+    total = float(((y - y.mean()) ** 2).sum())
+    quality = FitQuality(features=kind, n=len(y),
+                         r2=1 - float(((y - fitted) ** 2).sum()) / total if total > 0 else math.nan,
+                         loo_rmse=float(np.sqrt(((loo - y) ** 2).mean())), loo_spearman=_spearman(loo, y))
+    return Regression(tables, kind, *params, quality=quality)
+
+
+def propose(results: Sequence[ProxyResult], tables: Sequence[str], *, prior: Sequence[float] | None = None,
+            alpha: float = 1.0, candidates: int = 100_000, top_k: int = 100, seed: int = 0) -> Proposal:
+    """RegMix's search: `candidates` draws from the proxies' Dirichlet, the mean of the `top_k`
+    lowest predicted losses, rounded so the weights sum to exactly 1."""
+    tables = tuple(tables)
+    if not 1 <= top_k <= candidates:
+        raise AutomixError(f"automix: need 1 <= top_k <= candidates, got top_k={top_k}, candidates={candidates}")
+    regression = fit(results, tables)
+    try:
+        dist = Dirichlet(tables=tables, alpha=alpha, prior=tuple(prior) if prior is not None else None)
+    except ValueError as e:
+        raise AutomixError(f"automix: bad search distribution: {e}") from None
+    centre = np.array(dist.prior or [1.0] * len(tables))
+    W = np.random.default_rng(seed).dirichlet(dist.alpha * len(tables) * centre / centre.sum(), size=candidates)
+    top = np.argsort(regression.predict(W), kind="stable")[:top_k]
+    weights = round_weights(dict(zip(tables, W[top].mean(axis=0).tolist())))
+    predicted, uniform = regression.predict(np.array([list(weights.values()), [1 / len(tables)] * len(tables)]))
+    return Proposal(weights=weights, predicted_loss=float(predicted), best=min(results, key=lambda r: r.loss),
+                    uniform_loss=float(uniform), fit=regression.quality)
+
+
+def register_proposal(lake: Lake, proposal: Proposal, base: MixSpec, *, name: str = "automix",
+                      results: Sequence[ProxyResult], run_id: str = "",
+                      log: Callable[[str], None] = print) -> MixVersion:
+    """Register `proposal` as the next version of mix `name`: `base`'s tables, caps, sequence length,
+    tokenizer and held-out split with the proposed weights (no stages); its lineage row lists every
+    proxy's upstream ids. An unchanged proposal returns the existing version."""
+    _data(results, tuple(base.weights))
+    if len(results) != proposal.n_proxies:
+        raise AutomixError(f"automix: the proposal was fitted on {proposal.n_proxies} proxies, "
+                           f"but {len(results)} results were given")
+    unknown = sorted(set(proposal.weights) - set(base.weights))
+    if unknown:
+        raise AutomixError(f"automix: proposed tables {unknown} are not in base mix {base.name}")
+    f = proposal.fit
+    spec = MixSpec(
+        name=name, seq_len=base.seq_len, tokenizer=base.tokenizer, on_cap=base.on_cap,
+        heldout_fraction=base.heldout_fraction,
+        description=f"Proposed by the auto-mixer (RegMix) from {f.n} proxies over mix {base.name}: {f.features} "
+                    f"ridge fit, leave-one-out Spearman {f.loo_spearman:.2f}; predicted loss "
+                    f"{proposal.predicted_loss:.4f} (best proxy {proposal.best.run}: {proposal.best.loss:.4f}).",
+        sources=[MixSource(table=s.table, weight=proposal.weights.get(s.table, 0.0), max_epochs=s.max_epochs)
+                 for s in base.sources],
+    )
+    upstream = sorted({u for r in results for u in r.upstream})
+    version, created = register_mix_version(lake, spec, run_id=run_id, asset_key="automix",
+                                            extra_upstream=upstream, log=log)
+    log(f"{version.version_id}: {'registered' if created else 'unchanged, already registered'} "
+        f"from {f.n} proxies ({len(upstream)} upstream ids)")
+    return version
+
+
+def _data(results: Sequence[ProxyResult], tables: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Weights (rows in result order, columns in `tables` order) and losses, after checking them."""
+    if len(tables) < 2 or len(set(tables)) != len(tables):
+        raise AutomixError(f"automix: needs at least 2 distinct tables to mix, got {list(tables)}")
+    if len(results) < MIN_PROXIES:
+        raise AutomixError(f"automix: needs at least {MIN_PROXIES} proxy results to fit, got {len(results)}")
+    for r in results:
+        unknown = sorted(set(r.weights) - set(tables))
+        if unknown:
+            raise AutomixError(f"automix: proxy {r.run} has weights for unknown tables {unknown} (mix: {list(tables)})")
+        if not math.isfinite(r.loss):
+            raise AutomixError(f"automix: proxy {r.run} has a non-finite loss {r.loss}")
+        if not all(math.isfinite(w) and w >= 0 for w in r.weights.values()) \
+                or abs(sum(r.weights.values()) - 1) > WEIGHT_TOLERANCE:
+            raise AutomixError(f"automix: proxy {r.run} weights must be >= 0 and sum to 1: {r.weights}")
+    W = np.array([[r.weights.get(t, 0.0) for t in tables] for r in results], dtype=np.float64)
+    return W, np.array([r.loss for r in results], dtype=np.float64)
+
+
+def _features(W: np.ndarray, kind: str) -> np.ndarray:
+    if kind == "linear":
+        return W
+    return np.column_stack([W] + [W[:, i] * W[:, j] for i, j in combinations(range(W.shape[1]), 2)])
+
+
+def _ridge(X: np.ndarray, y: np.ndarray, ridge: float) -> tuple[np.ndarray, float, np.ndarray, np.ndarray]:
+    """Minimize mean squared error + ridge * |coef|² on standardized X; the intercept is not penalized."""
+    mean, scale = X.mean(axis=0), X.std(axis=0)
+    scale = np.where(scale > 1e-12, scale, 1.0)
+    Z = (X - mean) / scale
+    coef = np.linalg.solve(Z.T @ Z + len(y) * ridge * np.eye(Z.shape[1]), Z.T @ (y - y.mean()))
+    return coef, float(y.mean()), mean, scale
+
+
+def _predict(X: np.ndarray, coef: np.ndarray, intercept: float, mean: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    return ((X - mean) / scale) @ coef + intercept
+
+
+def _spearman(a: np.ndarray, b: np.ndarray) -> float:
+    """Pearson correlation of ranks (ties share their mean rank); NaN when either side is constant."""
+    ra, rb = _ranks(a), _ranks(b)
+    if ra.std() == 0 or rb.std() == 0:
+        return math.nan
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    ranks = np.empty(len(x))
+    ranks[np.argsort(x, kind="stable")] = np.arange(len(x))
+    _, group = np.unique(x, return_inverse=True)
+    return (np.bincount(group, ranks) / np.bincount(group))[group]

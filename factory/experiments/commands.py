@@ -1,0 +1,134 @@
+"""`factory experiment ...` and `factory sweep ...`: experiments as code from the shell.
+
+`experiment list | show | submit | register` and `sweep list | show | launch` read the config
+files as they are now, plan against the lake (errors name the experiment and the field) and, for
+`submit` / `launch`, queue runs in Dagster over GraphQL (`factory.experiments.launcher`): to the
+webserver with `--url`, else in a local process against `$DAGSTER_HOME`. `sweep run` trains and
+evaluates the cells one after another without Dagster (the same trainer and eval calls), and
+`sweep results` writes `sweeps.results` and the ranking plot.
+"""
+
+from __future__ import annotations
+
+import time
+
+from rich.console import Console
+from rich.table import Table as RichTable
+
+
+def _lake(args):
+    from factory.cli import open_lake
+
+    return open_lake(args)
+
+
+def cmd_experiment_list(args, out: Console) -> int:
+    from factory.experiments.registry import discover_experiments
+    from factory.experiments.sweep import run_name
+
+    found = discover_experiments()
+    table = RichTable("experiment", "run", "file", "description")
+    for name, f in sorted(found.found.items()):
+        table.add_row(name, run_name(f.config), f.source, f.config.description)
+    out.print(table)
+    for error in found.errors:
+        out.print(f"[red]cannot load[/red] {error}")
+    return 1 if found.errors else 0
+
+
+def cmd_experiment_show(args, out: Console) -> int:
+    from factory.experiments import plan_experiment
+    from factory.experiments.card import render_card
+    from factory.experiments.registry import get_experiment
+
+    out.print(render_card(plan_experiment(_lake(args), get_experiment(args.name))), markup=False)
+    return 0
+
+
+def _runs(args):
+    from factory.experiments.queue import experiment_runs
+
+    runs, errors = experiment_runs(_lake(args), names=None if args.all else args.names)
+    if errors:
+        from factory.experiments import ExperimentError
+
+        raise ExperimentError("; ".join(errors))
+    return runs
+
+
+def cmd_experiment_register(args, out: Console) -> int:
+    from factory.experiments.launcher import GraphQL, add_partitions
+
+    runs = _runs(args)
+    add_partitions(runs, GraphQL(args.url))
+    for r in runs:
+        out.print(r.run)
+    return 0
+
+
+def cmd_experiment_submit(args, out: Console) -> int:
+    from factory.experiments.launcher import GraphQL, submit
+
+    started = time.perf_counter()
+    runs = _runs(args)
+    return _report(out, runs, submit(runs, GraphQL(args.url), skip_existing=not args.force), started)
+
+
+def _report(out: Console, runs, submitted, started: float) -> int:
+    table = RichTable("run", "queued as", "status", "card")
+    for r, s in zip(runs, submitted):
+        table.add_row(r.run, s.run_id or f"(unchanged: {s.existing})", s.status, r.card_path)
+    out.print(table)
+    new = sum(1 for s in submitted if s.run_id)
+    out.print(f"queued {new} run(s), {len(runs) - new} unchanged, in {time.perf_counter() - started:.2f} s")
+    return 0
+
+
+def cmd_sweep_list(args, out: Console) -> int:
+    from factory.experiments.registry import discover_sweeps
+    from factory.experiments.sweep import expand
+
+    found = discover_sweeps()
+    table = RichTable("sweep", "search", "cells", "metric", "cron", "file")
+    for name, f in sorted(found.found.items()):
+        s = f.config
+        table.add_row(name, s.search, str(len(expand(s))), s.metric, s.cron or "-", f.source)
+    out.print(table)
+    for error in found.errors:
+        out.print(f"[red]cannot load[/red] {error}")
+    return 1 if found.errors else 0
+
+
+def cmd_sweep_show(args, out: Console) -> int:
+    from factory.experiments.registry import get_sweep
+    from factory.experiments.sweep import expand
+
+    sweep = get_sweep(args.name)
+    out.print(f"sweep {sweep.name}: {sweep.description}")
+    table = RichTable("cell", "run", "params")
+    for c in expand(sweep):
+        table.add_row(str(c.index), c.run, ", ".join(f"{k}={v}" for k, v in c.params.items()))
+    out.print(table)
+    return 0
+
+
+def cmd_sweep_launch(args, out: Console) -> int:
+    from factory.experiments.launcher import GraphQL, submit
+    from factory.experiments.queue import sweep_runs
+    from factory.experiments.registry import get_sweep
+
+    started = time.perf_counter()
+    runs = sweep_runs(_lake(args), get_sweep(args.name))
+    return _report(out, runs, submit(runs, GraphQL(args.url), skip_existing=not args.force), started)
+
+
+def cmd_sweep_run(args, out: Console) -> int:
+    from factory.experiments.local import run_sweep
+    from factory.experiments.registry import get_sweep
+
+    started = time.perf_counter()
+    sweep = get_sweep(args.name)
+    run_sweep(_lake(args), sweep, evaluate=not args.no_eval, log=out.print)
+    out.print(f"sweep {sweep.name}: done in {time.perf_counter() - started:.0f} s; "
+              f"`factory sweep results {sweep.name}` ranks the cells")
+    return 0

@@ -1,0 +1,68 @@
+"""A sweep without Dagster: train every cell, then export, check and evaluate its final checkpoint.
+
+`factory sweep run NAME` is the laptop path of what a launched sweep does through the queue
+(training runs, then the eval sensor's export -> equivalence check -> suite): the same trainer
+entry point (`python -m factory.train`, one process per cell, so each cell starts from a clean
+interpreter and seed) and the same `evaluate` call, one cell after another. vLLM is imported once
+for all cells. Re-running is cheap: a finished cell resumes at its last step and exits, and a
+cell whose final checkpoint is already evaluated with its suite is not evaluated again.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Callable
+
+from factory.experiments.spec import ExperimentError, plan_experiment
+from factory.experiments.sweep import SweepConfig, check_token_budget, expand
+from factory.home import CHECKOUT
+
+
+def run_sweep(lake, sweep: SweepConfig, *, evaluate: bool = True, log: Callable[[str], None] = print) -> list[str]:
+    """Train (and evaluate) every cell; the eval ids of the cells evaluated, in cell order."""
+    from factory.train.checkpoint import checkpoints
+    from factory.train.launch import launch_command
+
+    cells = expand(sweep)
+    plans = [plan_experiment(lake, c.experiment) for c in cells]
+    check_token_budget(sweep, [p.tokens for p in plans])
+    evals = []
+    for cell, plan in zip(cells, plans):
+        started = time.perf_counter()
+        log(f"[{cell.index + 1}/{len(cells)}] {cell.run}: {cell.params}")
+        done = subprocess.run(launch_command(plan, home=str(lake.home), run=cell.run), cwd=CHECKOUT,
+                              env={**os.environ, "FACTORY_HOME": str(lake.home)}, capture_output=True, text=True)
+        if done.returncode:
+            raise ExperimentError(f"sweep {sweep.name}: cell {cell.index} ({cell.run}) failed to train "
+                                  f"(exit {done.returncode}): {done.stderr[-1500:]}")
+        last = checkpoints(lake, cell.run)[-1]
+        log(f"    trained {last['step']} steps in {time.perf_counter() - started:.1f} s, loss {last['loss']:.4f}")
+        if evaluate:
+            evals.append(_evaluate(lake, last["checkpoint_id"], plan.experiment.eval_suite, log))
+    return evals
+
+
+def _evaluate(lake, checkpoint_id: str, suite_name: str, log) -> str:
+    from configs.evals import suite as eval_suite
+    from factory.evals import evaluate
+    from factory.evals.results import eval_id_of, results
+    from factory.infer import EngineConfig, ExportError, export_checkpoint, find_checkpoint, open_engine
+    from factory.infer.equivalence import verify_export
+
+    eval_id = eval_id_of(checkpoint_id, suite_name)
+    checkpoint = find_checkpoint(lake, checkpoint_id)
+    if any(r["eval_id"] == eval_id for r in results(lake, checkpoint.ref.run, suite_name)):
+        log(f"    {eval_id}: already evaluated")
+        return eval_id
+    started = time.perf_counter()
+    export = export_checkpoint(lake, checkpoint, asset_key="sweep")
+    report = verify_export(lake, export, EngineConfig(), checkpoint=checkpoint)
+    if not report.passed:
+        raise ExportError(f"{export.export_id} failed the equivalence check: {'; '.join(report.problems)}")
+    result = evaluate(lake, export, open_engine(export, EngineConfig()), eval_suite(suite_name),
+                      tokens=checkpoint.ref.tokens, log=lambda m: None)
+    main = ", ".join(f"{r['task']}/{r['metric']} {r['value']:.4f}" for r in result.rows if r["metric"] == "all")
+    log(f"    {eval_id}: {main} ({time.perf_counter() - started:.1f} s)")
+    return result.eval_id

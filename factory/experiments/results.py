@@ -1,0 +1,268 @@
+"""`sweeps.results`: every cell of a sweep beside its final eval scores, ranked and plotted.
+
+A sweep's cells are runs named `<sweep>-<hash8>` (`factory.experiments.sweep`); their checkpoints
+land in `train.checkpoints` and their scores in `evals.results`. `write_sweep_results` joins both
+with the sweep's expansion into one row per (cell, task, metric) at the cell's highest evaluated
+step — plus one row with empty scores for a cell not evaluated yet, so the table always shows
+every cell and its status (`evaluated`, `trained`, `pending`). It replaces the sweep's rows in
+one overwrite filtered on `sweep` (re-running never doubles them; other sweeps' rows stay), reads
+both source tables at one pinned snapshot each (named in the commit's summary), and writes a
+lineage row `sweep/<name>@<snapshot>` whose upstream is every eval and checkpoint it used.
+
+Why long format: a new task or source adds rows, not columns, and any question is one query:
+
+    factory sql "select run, value from sweeps.results where sweep='smoke_lr' and metric='all' order by rank"
+
+Every row carries its cell's `rank` by the sweep's own metric (`ranked_by`, lower is better,
+unevaluated cells last), so `ranked` — for the CLI and the auto-mixer — needs no sweep config.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+from operator import itemgetter
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict
+from pyiceberg.expressions import EqualTo, In
+
+from factory.evals.results import RESULTS_TABLE as EVALS_TABLE
+from factory.experiments.sweep import Dirichlet, SweepConfig, expand
+from factory.lake import CommitStamp, Lake, LineageRecord
+from factory.lake.schemas import SWEEP_RESULTS
+from factory.train.checkpoint import CHECKPOINTS_TABLE
+from factory.version import canonical_json, config_hash
+
+RESULTS_TABLE = "sweeps.results"
+STATUSES = ("evaluated", "trained", "pending")
+LOG_SCALE_PARAMS = ("lr",)  # the last segment of a param path plotted on a log axis
+SCORE_COLUMNS = ("task", "metric", "value", "stderr", "eval_id")
+
+
+class SweepReport(BaseModel):
+    """What one `write_sweep_results` committed: the cells best first, and how far the sweep got."""
+
+    model_config = ConfigDict(frozen=True)
+
+    sweep: str
+    metric: str
+    ranking: list[dict[str, Any]]  # one entry per cell (see `ranked`), best first
+    counts: dict[str, int]  # cells per status
+    best: dict[str, Any] | None  # the first ranking entry, when it has a score
+    table: str  # the ranking as Markdown
+    rows: int
+    snapshot_id: int | None
+
+
+# -- collecting -------------------------------------------------------------------------------
+def _read(lake: Lake, table: str, runs: set[str]) -> tuple[list[dict], int | None]:
+    """`runs`' rows of `table` at its current snapshot (pinned, so both reads name what they saw)."""
+    if not lake.has_table(table):
+        return [], None
+    snapshot = lake.table(table).current_snapshot()
+    if snapshot is None:
+        return [], None
+    scan = lake.table(table).scan(row_filter=In("run", runs), snapshot_id=snapshot.snapshot_id)
+    return scan.to_arrow().to_pylist(), snapshot.snapshot_id
+
+
+def _collect(lake: Lake, sweep: SweepConfig) -> tuple[list[dict], dict[str, int]]:
+    cells = expand(sweep)
+    runs = {c.run for c in cells}
+    saved, saved_at = _read(lake, CHECKPOINTS_TABLE, runs)
+    scored, scored_at = _read(lake, EVALS_TABLE, runs)
+    now = dt.datetime.now(dt.timezone.utc)
+    rows = []
+    for cell in cells:
+        ckpts = sorted((r for r in saved if r["run"] == cell.run), key=lambda r: (r["step"], r["created_at"]))
+        by_id = {r["checkpoint_id"]: r for r in ckpts}  # a re-recorded checkpoint: its newest row
+        evals = [r for r in scored if r["run"] == cell.run]
+        final = max((r["step"] for r in evals), default=None)
+        base = {"sweep": sweep.name, "cell": cell.index, "run": cell.run,
+                "config_hash": cell.experiment.identity_hash(), "params_json": canonical_json(cell.params),
+                "experiment_json": canonical_json(cell.experiment), "ranked_by": sweep.metric, "created_at": now}
+        if final is not None:
+            for r in sorted((r for r in evals if r["step"] == final), key=itemgetter("task", "metric", "eval_id")):
+                rows.append({**base, "status": "evaluated", "step": r["step"], "tokens": r["tokens"],
+                             "train_loss": by_id.get(r["checkpoint_id"], {}).get("loss"),
+                             "checkpoint_id": r["checkpoint_id"], **{k: r[k] for k in SCORE_COLUMNS}})
+        elif ckpts:
+            last = ckpts[-1]
+            rows.append({**base, "status": "trained", "step": last["step"], "tokens": last["tokens"],
+                         "train_loss": last["loss"], "checkpoint_id": last["checkpoint_id"],
+                         **dict.fromkeys(SCORE_COLUMNS)})
+        else:
+            rows.append({**base, "status": "pending", "step": None, "tokens": None, "train_loss": None,
+                         "checkpoint_id": None, **dict.fromkeys(SCORE_COLUMNS)})
+    rank = {e["cell"]: e["rank"] for e in _ranking(rows, sweep.metric)}
+    for row in rows:
+        row["rank"] = rank[row["cell"]]
+    upstream = {t: s for t, s in ((CHECKPOINTS_TABLE, saved_at), (EVALS_TABLE, scored_at)) if s is not None}
+    return rows, upstream
+
+
+def collect(lake: Lake, sweep: SweepConfig) -> list[dict]:
+    """The rows of `sweeps.results` for `sweep` as the lake stands now (long format, see module doc)."""
+    return _collect(lake, sweep)[0]
+
+
+# -- ranking ----------------------------------------------------------------------------------
+def _ranking(rows: list[dict], metric: str) -> list[dict]:
+    """One entry per cell, by `metric` ascending; cells without a finite score last (trained
+    before pending). A cell scored on `metric` by several suites at its final step ranks by the
+    suite its experiment names (what the eval sensor runs)."""
+    task, name = metric.split("/", 1)
+    cells: dict[int, list[dict]] = {}
+    for r in rows:
+        cells.setdefault(r["cell"], []).append(r)
+    entries = []
+    for index, group in cells.items():
+        suite = json.loads(group[0]["experiment_json"]).get("eval_suite")
+        hits = sorted((r for r in group if r["task"] == task and r["metric"] == name),
+                      key=lambda r: (not r["eval_id"].endswith(f"/{suite}"), r["eval_id"]))
+        row = hits[0] if hits else group[0]
+        score = {k: row[k] if hits else None for k in ("value", "stderr", "eval_id")}
+        entries.append({"cell": index, "run": row["run"], "status": row["status"],
+                        "params": json.loads(row["params_json"]), **score, "step": row["step"],
+                        "tokens": row["tokens"], "train_loss": row["train_loss"],
+                        "checkpoint_id": row["checkpoint_id"], "config_hash": row["config_hash"]})
+
+    def key(e: dict) -> tuple:
+        unscored = e["value"] is None or not math.isfinite(e["value"])
+        return unscored, 0.0 if unscored else e["value"], STATUSES.index(e["status"]), e["cell"]
+
+    return [{"rank": i + 1, **e} for i, e in enumerate(sorted(entries, key=key))]
+
+
+def ranked(lake: Lake, sweep_name: str) -> list[dict]:
+    """The ranking last written to `sweeps.results` for `sweep_name` ([] when never written).
+
+    Each entry: rank, cell, run, status, params (path -> value), value, stderr, eval_id, step,
+    tokens, train_loss, checkpoint_id, config_hash."""
+    if not lake.has_table(RESULTS_TABLE):
+        return []
+    rows = lake.table(RESULTS_TABLE).scan(row_filter=EqualTo("sweep", sweep_name)).to_arrow().to_pylist()
+    return _ranking(rows, rows[0]["ranked_by"]) if rows else []
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, dict):  # mix weights: table -> weight
+        return "{" + ", ".join(f"{k.rsplit('.', 1)[-1]}: {v:.3g}" for k, v in value.items()) + "}"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def ranking_table(ranking: list[dict], metric: str) -> str:
+    """Markdown: rank, run, params, the metric (± stderr), train loss and status of every cell."""
+    lines = [f"| rank | run | params | {metric} | train loss | status |", "|---:|---|---|---:|---:|---|"]
+    for e in ranking:
+        value = "—" if e["value"] is None else f"{e['value']:.4f}"
+        if e["value"] is not None and e["stderr"] is not None:
+            value += f" ± {e['stderr']:.4f}"
+        loss = "—" if e["train_loss"] is None else f"{e['train_loss']:.4f}"
+        params = ", ".join(f"{k}={_fmt(v)}" for k, v in e["params"].items())
+        lines.append(f"| {e['rank']} | {e['run']} | {params} | {value} | {loss} | {e['status']} |")
+    return "\n".join(lines)
+
+
+# -- writing ----------------------------------------------------------------------------------
+def write_sweep_results(lake: Lake, sweep: SweepConfig, *, run_id: str = "", asset_key: str = "sweep_summary",
+                        partition: str = "") -> SweepReport:
+    """Replace `sweep`'s rows of `sweeps.results` (one commit), then write its lineage row."""
+    rows, upstream = _collect(lake, sweep)
+    stamp = CommitStamp(asset_key=asset_key, config_hash=config_hash(sweep), run_id=run_id, partition=partition,
+                        upstream=upstream)
+    data = pa.Table.from_pylist(rows, schema=SWEEP_RESULTS.as_arrow())
+    commit = lake.commit(RESULTS_TABLE, data, stamp, mode="overwrite", overwrite_filter=EqualTo("sweep", sweep.name),
+                         schema=SWEEP_RESULTS)
+    ranking = _ranking(rows, sweep.metric)
+    counts = {s: sum(e["status"] == s for e in ranking) for s in STATUSES}
+    best = ranking[0] if ranking and ranking[0]["value"] is not None else None
+    used = sorted({r[k] for r in rows for k in ("eval_id", "checkpoint_id") if r[k]})
+    lake.lineage.record(LineageRecord(
+        version_id=f"sweep/{sweep.name}@{commit.snapshot_id}", kind="sweep_results", name=f"sweep/{sweep.name}",
+        uri=f"iceberg://{RESULTS_TABLE}", upstream=used, config_json=canonical_json(sweep),
+        config_hash=stamp.config_hash, code_version=stamp.code_version, env_lock=stamp.env_lock, asset_key=asset_key,
+        partition=partition, run_id=run_id, snapshot_id=commit.snapshot_id,
+        metadata_json=canonical_json({"metric": sweep.metric, "counts": counts, "rows": len(rows),
+                                      "best": best and {"run": best["run"], "value": best["value"]}}),
+    ))
+    return SweepReport(sweep=sweep.name, metric=sweep.metric, ranking=ranking, counts=counts, best=best,
+                       table=ranking_table(ranking, sweep.metric), rows=len(rows), snapshot_id=commit.snapshot_id)
+
+
+# -- plotting ---------------------------------------------------------------------------------
+def _mix_tables(sweep: SweepConfig) -> list[str]:
+    values = sweep.params["mix_weights"]
+    if isinstance(values, Dirichlet):
+        return list(values.tables)
+    return list(dict.fromkeys(t for weights in values for t in weights))
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _plot_mix(fig, sweep: SweepConfig, points: list[dict]) -> None:
+    """One scatter of the metric against each table's weight (the auto-mixer's view)."""
+    tables = _mix_tables(sweep)
+    cols = min(4, len(tables))
+    axes = fig.subplots(-(-len(tables) // cols), cols, sharey=True, squeeze=False).ravel()
+    for ax, table in zip(axes, tables):
+        ax.scatter([p["params"]["mix_weights"].get(table, 0.0) for p in points], [p["value"] for p in points])
+        ax.set_xlim(0, 1)
+        ax.set_xlabel(f"weight of {table.rsplit('.', 1)[-1]}")
+    for ax in axes[len(tables):]:
+        ax.set_visible(False)
+    axes[0].set_ylabel(sweep.metric)
+
+
+def _plot_params(fig, sweep: SweepConfig, points: list[dict]) -> None:
+    """The metric against the first param; a grid draws one line per value of the others."""
+    ax = fig.subplots()
+    x, rest = list(sweep.params)[0], list(sweep.params)[1:]
+    numeric = all(_is_number(p["params"][x]) for p in points)
+    groups: dict[str, list[dict]] = {}
+    for p in points:
+        label = ", ".join(f"{r}={_fmt(p['params'][r])}" for r in rest) if sweep.search == "grid" else ""
+        groups.setdefault(label, []).append(p)
+    def order(value: Any) -> tuple:  # numbers by value (8 before 16), the rest by text
+        return (0, value, "") if _is_number(value) else (1, 0, _fmt(value))
+
+    for label, group in sorted(groups.items(), key=lambda kv: [order(kv[1][0]["params"][r]) for r in rest]):
+        group.sort(key=lambda p: order(p["params"][x]))
+        xs = [p["params"][x] if numeric else _fmt(p["params"][x]) for p in group]
+        ax.plot(xs, [p["value"] for p in group], marker="o", linestyle="-" if sweep.search == "grid" else "none",
+                label=label or None)
+    xs = [p["params"][x] for p in points]
+    if numeric and xs and min(xs) > 0 and (x.rsplit(".", 1)[-1] in LOG_SCALE_PARAMS or max(xs) / min(xs) >= 100):
+        ax.set_xscale("log")
+    ax.set_xlabel(x)
+    ax.set_ylabel(sweep.metric)
+    if any(groups) and points:
+        ax.legend(fontsize="small")
+
+
+def plot(report_or_rows: SweepReport | list[dict], sweep: SweepConfig, path: str | Path) -> Path:
+    """A PNG of the sweep's metric against what it varies (mix weights: one panel per table)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # Agg directly: no pyplot, no global backend
+    from matplotlib.figure import Figure
+
+    ranking = report_or_rows.ranking if isinstance(report_or_rows, SweepReport) else _ranking(report_or_rows,
+                                                                                                sweep.metric)
+    points = [e for e in ranking if e["value"] is not None and math.isfinite(e["value"])]
+    mix = "mix_weights" in sweep.params
+    panels = len(_mix_tables(sweep)) if mix else 1
+    fig = Figure(figsize=(3.2 * min(4, panels), 3.2 * -(-panels // 4)) if mix else (6, 4), layout="constrained")
+    FigureCanvasAgg(fig)
+    (_plot_mix if mix else _plot_params)(fig, sweep, points)
+    if not points:
+        fig.text(0.5, 0.5, "no evaluated cells yet", ha="center", va="center")
+    fig.suptitle(f"{sweep.name}: {sweep.metric} (lower is better), {len(points)}/{len(ranking)} cells scored")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    return path

@@ -1,0 +1,200 @@
+"""Sweeps: a base experiment plus a search over some of its fields, expanded into cells.
+
+A sweep file in `configs/sweeps/` returns a `SweepConfig`:
+
+    SweepConfig(name="smoke_lr", base=smoke().derive(steps=30), search="grid",
+                params={"optimizer.lr": [1e-3, 3e-3], "global_batch": [8, 16]})
+
+`params` maps a field path of `ExperimentConfig` to a list of values (grid: the product; random:
+a seeded choice per cell), to `Uniform`/`LogUniform` (random only), or — for `mix_weights` — to
+`Dirichlet` over the mix's tables (the auto-mixer's proxies). Every cell is the base `derive`d
+with its values, so it is validated exactly like a hand-written experiment; its run name is the
+sweep name plus the cell's identity hash (`run_name`), so a cell is reproducible from its config
+and an unchanged cell is never run twice.
+
+The budget bounds what a launch may start: `max_runs` is checked when the sweep expands,
+`max_tokens` (all cells together) when the cells are planned against the lake.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any, Literal, Union
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from factory.experiments.spec import ExperimentConfig, ExperimentError, validation_message
+
+WEIGHT_DECIMALS = 4  # sampled mix weights are rounded so the identity hash and the card stay readable
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Uniform(_Frozen):
+    """A float drawn uniformly from [low, high] (random search)."""
+
+    kind: Literal["uniform"] = "uniform"
+    low: float
+    high: float
+
+    def sample(self, rng: np.random.Generator) -> float:
+        return float(f"{rng.uniform(self.low, self.high):.4g}")
+
+
+class LogUniform(_Frozen):
+    """A float whose log is uniform on [log low, log high]: learning rates (random search)."""
+
+    kind: Literal["log_uniform"] = "log_uniform"
+    low: float = Field(gt=0)
+    high: float = Field(gt=0)
+
+    def sample(self, rng: np.random.Generator) -> float:
+        return float(f"{math.exp(rng.uniform(math.log(self.low), math.log(self.high))):.4g}")
+
+
+class Dirichlet(_Frozen):
+    """Mix weights over `tables` ~ Dirichlet(alpha * prior), as RegMix samples its proxy mixes."""
+
+    kind: Literal["dirichlet"] = "dirichlet"
+    tables: tuple[str, ...] = Field(min_length=2, description="The mix's tables, in a fixed order.")
+    alpha: float = Field(1.0, gt=0, description="Concentration: small = corners of the simplex, large = near the prior.")
+    prior: tuple[float, ...] | None = Field(None, description="Centre of the draws (default: uniform over tables).")
+
+    @model_validator(mode="after")
+    def _prior(self) -> "Dirichlet":
+        if self.prior is not None and (len(self.prior) != len(self.tables) or min(self.prior) <= 0):
+            raise ValueError(f"prior needs one positive value per table ({len(self.tables)})")
+        return self
+
+    def sample(self, rng: np.random.Generator) -> dict[str, float]:
+        prior = np.array(self.prior or [1.0] * len(self.tables), dtype=np.float64)
+        w = rng.dirichlet(self.alpha * len(self.tables) * prior / prior.sum())
+        return round_weights(dict(zip(self.tables, w.tolist())))
+
+
+def round_weights(weights: dict[str, float]) -> dict[str, float]:
+    """Weights rounded to WEIGHT_DECIMALS that still sum to exactly 1 (the remainder goes to the largest)."""
+    q = 10 ** WEIGHT_DECIMALS
+    units = {t: max(1, round(w * q)) for t, w in weights.items()}  # keep every table in the mix
+    top = max(units, key=units.get)
+    units[top] += q - sum(units.values())
+    return {t: u / q for t, u in units.items()}
+
+
+Distribution = Union[Uniform, LogUniform, Dirichlet]
+
+
+class SweepBudget(_Frozen):
+    max_runs: int = Field(16, ge=1, description="Cells a launch may start at most.")
+    max_tokens: int | None = Field(None, gt=0, description="Training tokens of all cells together at most.")
+
+
+class SweepConfig(_Frozen):
+    """A base experiment and a search over some of its fields."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_\-]*$", description="Sweep name; its cells' runs are <name>-<hash8>.")
+    description: str = Field("", description="The question the sweep answers (shown in the UI and the summary).")
+    base: ExperimentConfig
+    search: Literal["grid", "random"] = "grid"
+    params: dict[str, Union[list[Any], Distribution]] = Field(min_length=1, description="Field path -> values or distribution.")
+    samples: int | None = Field(None, ge=1, description="Cells drawn by random search.")
+    seed: int = Field(0, description="Seeds random search.")
+    budget: SweepBudget = SweepBudget()
+    metric: str = Field("bpb/all", description="task/metric of evals.results the summary ranks cells by (lower is better).")
+    cron: str | None = Field(None, description="Launch the sweep on this cron schedule (the schedule starts stopped).")
+
+    @model_validator(mode="after")
+    def _check(self) -> "SweepConfig":
+        for path, values in self.params.items():
+            _check_path(path)
+            if isinstance(values, list) and not values:
+                raise ValueError(f"params.{path}: no values")
+            if self.search == "grid" and not isinstance(values, list):
+                raise ValueError(f"params.{path}: grid search needs a list of values, not {type(values).__name__}")
+            if isinstance(values, Dirichlet) != (path == "mix_weights"):
+                raise ValueError(f"params.{path}: Dirichlet is for mix_weights, and mix_weights needs Dirichlet or a list")
+        if self.search == "random" and self.samples is None:
+            raise ValueError("random search needs samples")
+        if self.search == "grid" and self.samples is not None:
+            raise ValueError("samples is for random search; a grid has one cell per combination")
+        if "/" not in self.metric:
+            raise ValueError(f"metric {self.metric!r} must be task/metric, e.g. bpb/all")
+        return self
+
+
+def _check_path(path: str) -> None:
+    fields = ExperimentConfig.model_fields
+    head, *rest = path.split(".")
+    if head not in fields or head == "name":
+        raise ValueError(f"params: {path!r} is not a field of ExperimentConfig")
+    model = fields[head].annotation
+    for part in rest:
+        sub = getattr(model, "model_fields", None)
+        if not sub or part not in sub:
+            raise ValueError(f"params: {path!r} is not a field of ExperimentConfig ({part!r} unknown)")
+        model = sub[part].annotation
+
+
+class Cell(_Frozen):
+    """One point of a sweep: its index, the values it sets, the experiment it runs."""
+
+    sweep: str
+    index: int
+    params: dict[str, Any]
+    experiment: ExperimentConfig
+
+    @property
+    def run(self) -> str:
+        return run_name(self.experiment)
+
+
+def run_name(experiment: ExperimentConfig) -> str:
+    """`<name>-<hash8>`: every identity gets its own run, checkpoints and lineage (as Marin names
+    its output paths), so editing an experiment never resumes another config's checkpoints."""
+    return f"{experiment.name}-{experiment.identity_hash()[:8]}"
+
+
+def _set(data: dict, path: str, value: Any) -> dict:
+    head, *rest = path.split(".")
+    if not rest:
+        return {**data, head: value}
+    return {**data, head: _set(dict(data.get(head) or {}), ".".join(rest), value)}
+
+
+def expand(sweep: SweepConfig) -> list[Cell]:
+    """The sweep's cells in a fixed order (grid: product in `params` order; random: seeded draws)."""
+    paths = list(sweep.params)
+    if sweep.search == "grid":
+        points = [dict(zip(paths, combo)) for combo in itertools.product(*(sweep.params[p] for p in paths))]
+    else:
+        rng = np.random.default_rng(sweep.seed)
+        points = [{p: (v.sample(rng) if not isinstance(v, list) else v[int(rng.integers(len(v)))])
+                   for p, v in sweep.params.items()} for _ in range(sweep.samples)]
+    if len(points) > sweep.budget.max_runs:
+        raise ExperimentError(f"sweep {sweep.name}: {len(points)} cells exceed budget.max_runs={sweep.budget.max_runs}")
+    base = sweep.base.model_dump()
+    cells, seen = [], {}
+    for i, point in enumerate(points):
+        data = {**base, "name": sweep.name}
+        for path, value in point.items():
+            data = _set(data, path, value)
+        try:
+            experiment = ExperimentConfig.model_validate(data)
+        except ValidationError as e:
+            raise ExperimentError(f"sweep {sweep.name}: cell {i} {point}: {validation_message(e)}") from None
+        cell = Cell(sweep=sweep.name, index=i, params=point, experiment=experiment)
+        if cell.run in seen:
+            raise ExperimentError(f"sweep {sweep.name}: cells {seen[cell.run]} and {i} are the same experiment {point}")
+        seen[cell.run] = i
+        cells.append(cell)
+    return cells
+
+
+def check_token_budget(sweep: SweepConfig, tokens: list[int]) -> None:
+    if sweep.budget.max_tokens is not None and sum(tokens) > sweep.budget.max_tokens:
+        raise ExperimentError(f"sweep {sweep.name}: its cells train {sum(tokens):,} tokens, over "
+                              f"budget.max_tokens={sweep.budget.max_tokens:,}")

@@ -1,0 +1,92 @@
+"""`experiment_sensor` with a built context over a real lake and a temporary experiments
+directory: adding a file queues its run within one tick; another tick queues nothing; changing
+one field queues a new run (new run name, run key = the new hash); a broken file is reported
+without hiding the others; an unplannable experiment is not queued. CPU, no servers."""
+
+import json
+
+from dagster import DagsterInstance, SensorResult, SkipReason, build_sensor_context
+
+from factory.experiments.sweep import run_name
+from resources.experiments import ExperimentsResource
+from resources.lake import LakeResource
+from sensors.experiments import experiment_sensor
+
+EXPERIMENT = '''
+from configs.experiments.smoke import smoke
+from factory.experiments import ExperimentConfig
+
+
+def probe() -> ExperimentConfig:
+    """Goal: a probe. Launch: factory experiment submit probe"""
+    return smoke().derive(name="probe", steps=4, optimizer={"lr": LR, "weight_decay": 0.1})
+'''
+
+
+def tick(home, directory, instance, cursor):
+    context = build_sensor_context(instance=instance, cursor=cursor, resources={
+        "lake": LakeResource(home=str(home)), "experiments": ExperimentsResource(experiments_dir=str(directory))})
+    return experiment_sensor(context)
+
+
+def test_new_file_queues_once_and_an_edit_queues_a_new_run(tmp_path, build_training_lake):
+    home, directory = tmp_path / "home", tmp_path / "experiments"
+    build_training_lake(home)
+    directory.mkdir()
+    instance = DagsterInstance.ephemeral()
+
+    first = tick(home, directory, instance, None)
+    assert isinstance(first, SkipReason) and "no new or changed experiments" in first.skip_message
+
+    (directory / "probe.py").write_text(EXPERIMENT.replace("LR", "1e-3"))
+    result = tick(home, directory, instance, None)
+    assert isinstance(result, SensorResult)
+    (request,) = result.run_requests
+    from configs.experiments.smoke import smoke
+
+    expected = smoke().derive(name="probe", steps=4, optimizer={"lr": 1e-3, "weight_decay": 0.1})
+    assert request.partition_key == run_name(expected) and request.run_key == expected.identity_hash()
+    assert json.loads(request.run_config["ops"]["training_run"]["config"]["experiment_json"])["optimizer"]["lr"] == 1e-3
+    assert request.tags["factory/kind"] == "training" and request.tags["dagster/priority"] == "0"
+    assert request.tags["factory/source"].endswith("probe.py:probe")
+    card = (home / "artifacts" / "runs" / request.partition_key / "card.md").read_text()
+    assert request.tags["factory/card"].endswith("card.md") and "# Experiment `probe`" in card and "4 steps" in card
+    (added,) = result.dynamic_partitions_requests
+    assert added.partitions_def_name == "training_runs" and list(added.partition_keys) == [request.partition_key]
+
+    again = tick(home, directory, instance, result.cursor)  # unchanged: nothing, not even re-planned
+    assert isinstance(again, SkipReason)
+
+    # one field changes (in the same second, same file size: the stale-.pyc trap) -> a new run
+    (directory / "probe.py").write_text(EXPERIMENT.replace("LR", "2e-3"))
+    changed = tick(home, directory, instance, result.cursor)
+    (new,) = changed.run_requests
+    assert new.run_key != request.run_key and new.partition_key != request.partition_key
+    assert new.partition_key.startswith("probe-")
+    assert set(json.loads(changed.cursor)) == {request.run_key, new.run_key}
+
+
+def test_broken_and_unplannable_experiments_are_reported_not_queued(tmp_path, build_training_lake):
+    home, directory = tmp_path / "home", tmp_path / "experiments"
+    build_training_lake(home)
+    directory.mkdir()
+    (directory / "good.py").write_text(EXPERIMENT.replace("LR", "1e-3"))
+    (directory / "broken.py").write_text("def oops(:\n")
+    (directory / "nomix.py").write_text(EXPERIMENT.replace("LR", "1e-3").replace('name="probe"', 'name="nomix", mix="nope"')
+                                        .replace("def probe", "def nomix"))
+    (directory / "invalid.py").write_text(EXPERIMENT.replace("LR", "-1").replace('name="probe"', 'name="bad"')
+                                          .replace("def probe", "def bad"))
+    instance = DagsterInstance.ephemeral()
+    context = build_sensor_context(instance=instance, resources={
+        "lake": LakeResource(home=str(home)), "experiments": ExperimentsResource(experiments_dir=str(directory))})
+    from factory.experiments.queue import experiment_runs
+    from factory.lake import Lake
+
+    runs, errors = experiment_runs(Lake.open(home=home), directory)
+    assert [r.experiment.name for r in runs] == ["probe"]
+    joined = " | ".join(errors)
+    assert "broken.py: cannot import: SyntaxError" in joined
+    assert "invalid.py:bad: invalid experiment: optimizer.lr" in joined
+    assert "nomix.py:nomix: experiment nomix: mix: " in joined and "nope" in joined
+    result = experiment_sensor(context)
+    assert [r.partition_key.split("-")[0] for r in result.run_requests] == ["probe"]

@@ -1,0 +1,136 @@
+"""Sweeps through the real run queue.
+
+- `factory sweep launch smoke_lr --url ...` against a running webserver (no daemon, so the runs
+  stay queued) queues all four cells in under 10 seconds, measured around the command and
+  printed; every run carries the sweep tags, the sweep priority, its partition and its
+  experiment; a second launch queues nothing (the cells are unchanged).
+- The daemon fires a scheduled sweep: a code location that adds `sweep_schedule` of a two-cell
+  sweep with a one-minute cron, started over GraphQL; both cells' training runs are created by
+  the schedule and complete, one at a time (the `factory/kind=training` concurrency limit).
+
+Marked `slow` (~1 min and ~4 min on 2 CPU cores).
+"""
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture
+def lake_env(factory_env, build_training_lake, tmp_path):
+    factory_env["OMP_NUM_THREADS"] = "1"
+    (tmp_path / "no_experiments").mkdir()
+    factory_env["FACTORY_EXPERIMENTS_DIR"] = str(tmp_path / "no_experiments")  # the sensor queues nothing else
+    build_training_lake(factory_env["FACTORY_HOME"])
+    return factory_env
+
+
+def wait_for(url: str, proc, log: Path, timeout: float = 120) -> None:
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}/server_info", timeout=2).read()
+            return
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"server did not come up: {log.read_text()[-3000:]}")
+            time.sleep(1)
+
+
+def test_sweep_launch_queues_every_cell_in_under_10_seconds(lake_env, server, free_port, tmp_path):
+    url = f"http://127.0.0.1:{free_port}"
+    proc = server("webserver", [str(BIN / "dagster-webserver"), "-w", "workspace.yaml", "-h", "127.0.0.1",
+                                "-p", str(free_port)], lake_env)
+    wait_for(url, proc, tmp_path / "webserver.log")
+
+    started = time.perf_counter()
+    done = subprocess.run([str(BIN / "factory"), "sweep", "launch", "smoke_lr", "--url", url], cwd=ROOT, env=lake_env,
+                          capture_output=True, text=True, timeout=120)
+    seconds = time.perf_counter() - started
+    print(f"\nfactory sweep launch smoke_lr: 4 runs queued in {seconds:.2f} s (command wall time)")
+    assert done.returncode == 0, done.stderr
+    assert "queued 4 run(s), 0 unchanged" in done.stdout, done.stdout
+    assert seconds < 10, f"queueing took {seconds:.1f} s"
+
+    instance = DagsterInstance.from_config(lake_env["DAGSTER_HOME"])
+    runs = instance.get_runs(RunsFilter(tags={"factory/sweep": "smoke_lr"}))
+    assert len(runs) == 4 and {r.status for r in runs} == {DagsterRunStatus.QUEUED}
+    assert {r.tags["dagster/priority"] for r in runs} == {"-10"} and {r.job_name for r in runs} == {"train_job"}
+    assert sorted(r.tags["factory/cell"] for r in runs) == ["0", "1", "2", "3"]
+    for r in runs:
+        experiment = json.loads(r.run_config["ops"]["training_run"]["config"]["experiment_json"])
+        assert r.tags["dagster/partition"] == r.tags["factory/run"] and r.tags["factory/run"].startswith("smoke_lr-")
+        assert experiment["optimizer"]["lr"] == json.loads(r.tags["factory/params"])["optimizer.lr"]
+    assert set(instance.get_dynamic_partitions("training_runs")) == {r.tags["factory/run"] for r in runs}
+
+    again = subprocess.run([str(BIN / "factory"), "sweep", "launch", "smoke_lr", "--url", url], cwd=ROOT, env=lake_env,
+                           capture_output=True, text=True, timeout=120)
+    assert "queued 0 run(s), 4 unchanged" in again.stdout, again.stdout + again.stderr
+
+
+SWEEP_DEFS = '''
+from dagster import Definitions
+
+from configs.experiments.smoke import smoke
+from definitions import defs as factory_defs
+from factory.experiments.sweep import SweepConfig
+from factory.train.config import CheckpointConfig
+from sensors.experiments import sweep_schedule
+
+TICK = SweepConfig(
+    name="tick", description="two 2-step cells, every minute",
+    base=smoke().derive(steps=2, checkpoint=CheckpointConfig(every=2, keep_last=1), eval_every=1000,
+                        tracker={"backends": ["iceberg"]}),
+    params={"optimizer.lr": [1e-3, 2e-3]}, cron="* * * * *",
+)
+defs = Definitions.merge(factory_defs, Definitions(schedules=[sweep_schedule(TICK)]))
+'''
+
+
+def test_the_daemon_fires_a_scheduled_sweep_and_its_runs_complete(lake_env, server, free_port, tmp_path):
+    from dagster_graphql import DagsterGraphQLClient
+
+    (tmp_path / "sweep_defs.py").write_text(SWEEP_DEFS)
+    (tmp_path / "workspace.yaml").write_text(
+        f"load_from:\n  - python_file:\n      relative_path: {tmp_path / 'sweep_defs.py'}\n"
+        f"      working_directory: {ROOT}\n      location_name: sweeps\n")
+    url = f"http://127.0.0.1:{free_port}"
+    proc = server("dagster-dev", [str(BIN / "dagster"), "dev", "-w", str(tmp_path / "workspace.yaml"),
+                                  "-h", "127.0.0.1", "-p", str(free_port)], lake_env)
+    wait_for(url, proc, tmp_path / "dagster-dev.log")
+    client = DagsterGraphQLClient("127.0.0.1", port_number=free_port)
+    started = client._execute('mutation { startSchedule(scheduleSelector: {repositoryLocationName: "sweeps", '
+                              'repositoryName: "__repository__", scheduleName: "sweep_tick"}) { __typename } }')
+    assert started["startSchedule"]["__typename"] == "ScheduleStateResult", started
+
+    instance = DagsterInstance.from_config(lake_env["DAGSTER_HOME"])
+    deadline = time.monotonic() + 420
+    while True:
+        runs = instance.get_runs(RunsFilter(tags={"factory/sweep": "tick"}))
+        if len(runs) == 2 and all(r.status in (DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE) for r in runs):
+            break
+        assert time.monotonic() < deadline, f"runs so far: {[(r.tags.get('factory/run'), r.status) for r in runs]}"
+        time.sleep(5)
+    assert {r.status for r in runs} == {DagsterRunStatus.SUCCESS}
+    assert {r.tags["dagster/schedule_name"] for r in runs} == {"sweep_tick"}
+    from factory.lake import Lake
+    from factory.train.checkpoint import checkpoints
+
+    lake = Lake.open(home=lake_env["FACTORY_HOME"])
+    for r in runs:
+        assert [c["step"] for c in checkpoints(lake, r.tags["factory/run"])] == [2]
+    # one training at a time: the second run started after the first ended
+    spans = sorted((instance.get_run_record_by_id(r.run_id).start_time, instance.get_run_record_by_id(r.run_id).end_time)
+                   for r in runs)
+    assert spans[1][0] >= spans[0][1] - 1, spans
