@@ -37,23 +37,29 @@ $(DAGSTER_HOME)/dagster.yaml: configs/dagster.yaml
 	@mkdir -p $(DAGSTER_HOME) && cp $< $@
 
 demo: setup
+	@# the smoke experiment's run is smoke-<hash8>: add that training_run partition (no lake needed yet)
+	$(eval SMOKE := $(shell $(BIN)/factory experiment register smoke))
+	@test -n "$(SMOKE)" || { echo "factory experiment register smoke failed"; exit 1; }
 	$(BIN)/dagster job execute -m definitions -j demo_job -c configs/demo_run.yaml
 	$(BIN)/dagster asset materialize -m definitions --select mix --partition default
-	$(BIN)/dagster asset materialize -m definitions --select training_run --partition smoke
+	$(BIN)/dagster asset materialize -m definitions --select training_run --partition $(SMOKE)
 	@$(BIN)/factory tables
 	@$(BIN)/factory drops
 	@$(BIN)/factory mix show default
-	@$(BIN)/factory sql "select checkpoint_id, step, tokens, round(loss, 3) as loss, mix_version from train.checkpoints where run = 'smoke' order by step"
-	$(BIN)/dagster asset materialize -m definitions --select checkpoint_export,eval_scores --partition smoke@120
-	@$(BIN)/factory evals --run smoke
-	@$(BIN)/factory lineage eval/smoke@120/default
+	@$(BIN)/factory sql "select checkpoint_id, step, tokens, round(loss, 3) as loss, mix_version from train.checkpoints where run = '$(SMOKE)' order by step"
+	$(BIN)/dagster asset materialize -m definitions --select checkpoint_export,eval_scores --partition $(SMOKE)@120
+	@$(BIN)/factory evals --run $(SMOKE)
+	@$(BIN)/factory lineage eval/$(SMOKE)@120/default
 	$(BIN)/dagster asset materialize -m definitions --select synthetic/porting,synthetic/rephrase
 	@$(BIN)/factory sql "select source, count(*) as rows, sum(bytes) as bytes from synthetic.porting group by 1 union all select source, count(*), sum(bytes) from synthetic.rephrase group by 1"
 	@$(BIN)/factory sql "select stage, count(*) as rejected, min(reason) as example from synthetic.rephrase_rejected group by 1 order by 2 desc"
 	@$(BIN)/factory sql "select seed_id, agent_chain, export_id, template_hash from synthetic.rephrase limit 3"
 	$(BIN)/dagster asset materialize -m definitions --select mix --partition default_synthetic
 	@$(BIN)/factory mix show default_synthetic
+	@$(BIN)/factory experiment list
+	@$(BIN)/factory sweep list
 	@echo
+	@echo "Queue a sweep: $(BIN)/factory sweep launch smoke_lr   (runs under make ui; or here: $(BIN)/factory sweep run smoke_lr)"
 	@echo "Browse these runs, assets, metadata and lineage in the web UI: make ui  (http://127.0.0.1:3000)"
 	@echo "Query the lake: $(BIN)/factory sql \"select source, count(*) from raw.python_stdlib group by 1\""
 

@@ -65,13 +65,15 @@ def _user_error(exc: Exception) -> bool:
     """Errors a user can cause get one line on stderr; anything else is a bug and keeps its traceback."""
     from factory.data.sources import SourceError
     from factory.experiments import ExperimentError
+    from factory.experiments.automix import AutomixError
     from factory.experiments.launcher import LaunchError
     from factory.infer.export import ExportError
     from factory.lake import LakeError
     from factory.mix import MixError
     from factory.tokenize import TokenizerError
 
-    return isinstance(exc, (LakeError, SourceError, MixError, TokenizerError, ExportError, ExperimentError, LaunchError))
+    return isinstance(exc, (LakeError, SourceError, MixError, TokenizerError, ExportError, ExperimentError, LaunchError,
+                            AutomixError))
 
 
 def build_parser() -> argparse.ArgumentParser:

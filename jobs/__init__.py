@@ -4,6 +4,7 @@ from dagster import AssetKey, AssetSelection, define_asset_job
 
 from assets.evals import checkpoint_partitions
 from assets.refine import dedup_asset_keys
+from assets.sweeps import sweep_partitions
 from factory.experiments.queue import PRIORITY
 
 # Run-queue priorities (`dagster/priority`, higher starts first): evals jump ahead of training,
@@ -58,16 +59,29 @@ synth_job = define_asset_job(
     tags={"factory/kind": "synth"},
 )
 
+sweep_job = define_asset_job(
+    "sweep_job",
+    selection=AssetSelection.assets(AssetKey(["sweeps", "results"])),
+    partitions_def=sweep_partitions,
+    description="Rank one sweep's cells (pick the sweep as the partition) into sweeps.results, with a plot.",
+)
+
+automix_job = define_asset_job(
+    "automix_job",
+    selection=AssetSelection.assets(AssetKey("automix")),
+    description="Fit the auto-mixer on its proxy sweep's results and register the proposed mix.",
+)
+
 # Everything unpartitioned, in dependency order; the mix partitions run after it (`make demo`).
 demo_job = define_asset_job(
     "demo_job",
     selection=AssetSelection.all() - AssetSelection.assets(AssetKey("mix"), AssetKey("training_run"),
                                                            AssetKey("checkpoint_export"), AssetKey("eval_scores"))
-    - AssetSelection.groups("synthetic"),
+    - AssetSelection.groups("synthetic") - AssetSelection.groups("sweeps"),
     description="Ingest, refine and train the tokenizer on the embedded defaults (what `make demo` runs "
                 "before registering the default mix).",
 )
 
-jobs = [ingest_job, dedup_job, tokenize_job, mix_job, train_job, eval_job, synth_job, demo_job]
+jobs = [ingest_job, dedup_job, tokenize_job, mix_job, train_job, eval_job, synth_job, sweep_job, automix_job, demo_job]
 
-__all__ = ["EVAL_PRIORITY", "dedup_job", "demo_job", "eval_job", "ingest_job", "jobs", "mix_job", "synth_job", "tokenize_job", "train_job"]
+__all__ = ["EVAL_PRIORITY", "automix_job", "dedup_job", "demo_job", "eval_job", "ingest_job", "jobs", "mix_job", "sweep_job", "synth_job", "tokenize_job", "train_job"]

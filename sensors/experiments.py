@@ -23,6 +23,7 @@ from dagster import (
     SensorEvaluationContext,
     SensorResult,
     SkipReason,
+    schedule,
     sensor,
 )
 
@@ -60,6 +61,9 @@ def sweep_schedule(sweep: SweepConfig, cron: str | None = None) -> ScheduleDefin
     """The schedule that launches `sweep` (read fresh from its file at each tick when it has one)."""
     name = sweep.name
 
+    @schedule(name=f"sweep_{name}", job=train_job, cron_schedule=cron or sweep.cron or NIGHTLY,
+              default_status=DefaultScheduleStatus.STOPPED,
+              description=f"Launch every cell of sweep {name}: {sweep.description or sweep.search + ' search'}")
     def launch(context: ScheduleEvaluationContext, lake: LakeResource, experiments: ExperimentsResource):
         try:
             current = get_sweep(name, experiments.sweeps_path())
@@ -67,13 +71,10 @@ def sweep_schedule(sweep: SweepConfig, cron: str | None = None) -> ScheduleDefin
             current = sweep  # defined in code, not in a file
         runs = sweep_runs(lake.lake(), current)
         context.instance.add_dynamic_partitions(training_runs.name, [r.run for r in runs])
+        context.log.info(f"launching {len(runs)} cells of {name}: {', '.join(r.run for r in runs)}")
         return [_request(r) for r in runs]
 
-    return ScheduleDefinition(
-        name=f"sweep_{name}", job=train_job, cron_schedule=cron or sweep.cron or NIGHTLY,
-        execution_fn=launch, default_status=DefaultScheduleStatus.STOPPED,
-        description=f"Launch every cell of sweep {name}: {sweep.description or sweep.search + ' search'}",
-    )
+    return launch
 
 
 NIGHTLY = "0 4 * * *"  # sweeps without a cron of their own: nightly, once started

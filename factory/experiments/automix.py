@@ -235,3 +235,25 @@ def _ranks(x: np.ndarray) -> np.ndarray:
     ranks[np.argsort(x, kind="stable")] = np.arange(len(x))
     _, group = np.unique(x, return_inverse=True)
     return (np.bincount(group, ranks) / np.bincount(group))[group]
+
+
+def propose_from_sweep(lake: Lake, sweep, *, name: str = "automix", run_id: str = "",
+                       log: Callable[[str], None] = print) -> tuple[Proposal, MixVersion]:
+    """The whole auto-mixer step after the proxies ran: refresh `sweeps.results` for `sweep` (a
+    sweep over `mix_weights` with a Dirichlet), fit its evaluated cells' metric on their weights,
+    and register the proposal as `mix/<name>@vN` over the proxies' base mix."""
+    from factory.experiments.results import write_sweep_results
+    from factory.mix import get_version
+
+    dirichlet = sweep.params.get("mix_weights")
+    if not isinstance(dirichlet, Dirichlet):
+        raise AutomixError(f"sweep {sweep.name} does not sample mix_weights from a Dirichlet: nothing to regress")
+    report = write_sweep_results(lake, sweep, run_id=run_id)
+    results = [ProxyResult(run=e["run"], weights=e["params"]["mix_weights"], loss=e["value"],
+                           upstream=[e["checkpoint_id"], e["eval_id"]])
+               for e in report.ranking if e["status"] == "evaluated" and e["value"] is not None]
+    log(f"{sweep.name}: {len(results)} evaluated proxies of {len(report.ranking)} ({report.counts})")
+    proposal = propose(results, dirichlet.tables, prior=dirichlet.prior, alpha=dirichlet.alpha, seed=sweep.seed)
+    version = register_proposal(lake, proposal, get_version(lake, sweep.base.mix).spec, name=name, results=results,
+                                run_id=run_id, log=log)
+    return proposal, version

@@ -57,12 +57,17 @@ def _runs(args):
 
 
 def cmd_experiment_register(args, out: Console) -> int:
+    """Partitions only: no plan, so it works before the mix exists (`make demo` calls it first)."""
     from factory.experiments.launcher import GraphQL, add_partitions
+    from factory.experiments.registry import discover_experiments
+    from factory.experiments.sweep import run_name
 
-    runs = _runs(args)
+    found = discover_experiments()
+    names = sorted(found.found) if args.all else args.names
+    runs = [run_name(found.get(n, "experiment", "configs/experiments")) for n in names]
     add_partitions(runs, GraphQL(args.url))
     for r in runs:
-        out.print(r.run)
+        out.print(r)
     return 0
 
 
@@ -131,4 +136,28 @@ def cmd_sweep_run(args, out: Console) -> int:
     run_sweep(_lake(args), sweep, evaluate=not args.no_eval, log=out.print)
     out.print(f"sweep {sweep.name}: done in {time.perf_counter() - started:.0f} s; "
               f"`factory sweep results {sweep.name}` ranks the cells")
+    return 0
+
+
+def cmd_sweep_results(args, out: Console) -> int:
+    from factory.experiments.registry import get_sweep
+    from factory.experiments.results import plot, write_sweep_results
+    from factory.home import artifacts_dir
+
+    lake = _lake(args)
+    sweep = get_sweep(args.name)
+    report = write_sweep_results(lake, sweep, asset_key="cli")
+    path = plot(report, sweep, artifacts_dir(lake.home) / "sweeps" / sweep.name / "summary.png")
+    out.print(report.table, markup=False)
+    out.print(f"\n{report.counts}; sweeps.results snapshot {report.snapshot_id}; plot {path}")
+    return 0
+
+
+def cmd_automix(args, out: Console) -> int:
+    from factory.experiments.automix import propose_from_sweep
+    from factory.experiments.registry import get_sweep
+
+    proposal, version = propose_from_sweep(_lake(args), get_sweep(args.sweep), name=args.name, log=out.print)
+    out.print(proposal.summary(), markup=False)
+    out.print(f"\nregistered {version.version_id}: train on it with an experiment whose mix is {args.name!r}")
     return 0

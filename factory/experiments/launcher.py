@@ -72,15 +72,20 @@ class GraphQL:
         return body["data"]
 
     def _local(self, document: str, variables: dict | None) -> dict:
+        import tempfile
+
         exe = shutil.which("dagster-graphql", path=str(Path(sys.executable).parent)) or shutil.which("dagster-graphql")
         if not exe:
             raise LaunchError("dagster-graphql is not installed in this environment (pip install dagster-graphql)")
-        done = subprocess.run([exe, "-w", str(self.workspace), "-t", document, "-v", json.dumps(variables or {})],
-                              cwd=self.workspace.parent, capture_output=True, text=True, timeout=self.timeout)
-        start = done.stdout.find("{")
-        if done.returncode or start < 0:
-            raise LaunchError(f"dagster-graphql failed (exit {done.returncode}): {(done.stderr or done.stdout)[-2000:]}")
-        return json.loads(done.stdout[start:])
+        with tempfile.TemporaryDirectory() as tmp:
+            answer = Path(tmp) / "answer.json"  # stdout also carries the code location's logs
+            done = subprocess.run([exe, "-w", str(self.workspace), "-t", document, "-v", json.dumps(variables or {}),
+                                   "-o", str(answer)], cwd=self.workspace.parent, capture_output=True, text=True,
+                                  timeout=self.timeout)
+            if done.returncode or not answer.exists():
+                raise LaunchError(f"dagster-graphql failed (exit {done.returncode}): "
+                                  f"{(done.stderr or done.stdout)[-2000:]}")
+            return json.loads(answer.read_text())
 
 
 def existing_runs(gql: GraphQL, hashes: list[str]) -> dict[str, list[dict]]:
@@ -151,14 +156,14 @@ def _variables(todo: list[tuple[int, QueuedRun]]) -> dict:
     return out
 
 
-def add_partitions(runs: list[QueuedRun], gql: GraphQL) -> None:
+def add_partitions(runs: list[str], gql: GraphQL) -> None:
     """Add the runs' `training_run` partitions without launching anything (to materialize by hand:
     `dagster asset materialize --select training_run --partition <run>`)."""
     repo = f'{{repositoryLocationName: "{LOCATION}", repositoryName: "{REPOSITORY}"}}'
-    body = "\n".join(f'p{j}: addDynamicPartition(partitionsDefName: "{PARTITIONS}", partitionKey: {json.dumps(r.run)}, '
+    body = "\n".join(f'p{j}: addDynamicPartition(partitionsDefName: "{PARTITIONS}", partitionKey: {json.dumps(r)}, '
                      f'repositorySelector: {repo}) {{ __typename ... on Error {{ message }} }}'
                      for j, r in enumerate(runs))
     data = gql(f"mutation {{ {body} }}")
     for j, r in enumerate(runs):
         if data[f"p{j}"]["__typename"] not in ("AddDynamicPartitionSuccess", "DuplicateDynamicPartitionError"):
-            raise LaunchError(f"{r.run}: adding its partition failed: {data[f'p{j}'].get('message')}")
+            raise LaunchError(f"{r}: adding its partition failed: {data[f'p{j}'].get('message')}")

@@ -169,7 +169,7 @@ def ranking_table(ranking: list[dict], metric: str) -> str:
 
 
 # -- writing ----------------------------------------------------------------------------------
-def write_sweep_results(lake: Lake, sweep: SweepConfig, *, run_id: str = "", asset_key: str = "sweep_summary",
+def write_sweep_results(lake: Lake, sweep: SweepConfig, *, run_id: str = "", asset_key: str = "sweeps/results",
                         partition: str = "") -> SweepReport:
     """Replace `sweep`'s rows of `sweeps.results` (one commit), then write its lineage row."""
     rows, upstream = _collect(lake, sweep)

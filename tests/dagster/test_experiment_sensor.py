@@ -90,3 +90,31 @@ def test_broken_and_unplannable_experiments_are_reported_not_queued(tmp_path, bu
     assert "nomix.py:nomix: experiment nomix: mix: " in joined and "nope" in joined
     result = experiment_sensor(context)
     assert [r.partition_key.split("-")[0] for r in result.run_requests] == ["probe"]
+
+
+def test_sweep_schedule_requests_every_cell_with_sweep_tags(tmp_path, build_training_lake):
+    from dagster import build_schedule_context
+
+    from factory.experiments.sweep import SweepConfig, expand
+    from sensors.experiments import sweep_schedule
+
+    home = tmp_path / "home"
+    build_training_lake(home)
+    from configs.experiments.smoke import smoke
+
+    sweep = SweepConfig(name="tiny", base=smoke().derive(steps=2), params={"optimizer.lr": [1e-3, 2e-3]}, cron="*/5 * * * *")
+    schedule = sweep_schedule(sweep)
+    assert schedule.name == "sweep_tiny" and schedule.cron_schedule == "*/5 * * * *"
+    (tmp_path / "dagster").mkdir()
+    instance = DagsterInstance.local_temp(str(tmp_path / "dagster"))  # a schedule context needs a persistent one
+    import definitions
+
+    context = build_schedule_context(instance=instance, repository_def=definitions.defs.get_repository_def(), resources={
+        "lake": LakeResource(home=str(home)), "experiments": ExperimentsResource(sweeps_dir=str(tmp_path))})
+    requests = list(schedule.evaluate_tick(context).run_requests)
+    runs = [c.run for c in expand(sweep)]
+    assert [r.partition_key for r in requests] == runs and [r.run_key for r in requests] == [
+        c.experiment.identity_hash() for c in expand(sweep)]
+    assert {r.tags["factory/sweep"] for r in requests} == {"tiny"} and {r.tags["dagster/priority"] for r in requests} == {"-10"}
+    assert [r.tags["factory/cell"] for r in requests] == ["0", "1"]
+    assert set(instance.get_dynamic_partitions("training_runs")) == set(runs)

@@ -82,8 +82,8 @@ def test_sweep_launch_queues_every_cell_in_under_10_seconds(lake_env, server, fr
 SWEEP_DEFS = '''
 from dagster import Definitions
 
+import definitions
 from configs.experiments.smoke import smoke
-from definitions import defs as factory_defs
 from factory.experiments.sweep import SweepConfig
 from factory.train.config import CheckpointConfig
 from sensors.experiments import sweep_schedule
@@ -94,7 +94,7 @@ TICK = SweepConfig(
                         tracker={"backends": ["iceberg"]}),
     params={"optimizer.lr": [1e-3, 2e-3]}, cron="* * * * *",
 )
-defs = Definitions.merge(factory_defs, Definitions(schedules=[sweep_schedule(TICK)]))
+defs = Definitions.merge(definitions.defs, Definitions(schedules=[sweep_schedule(TICK)]))
 '''
 
 
@@ -110,9 +110,15 @@ def test_the_daemon_fires_a_scheduled_sweep_and_its_runs_complete(lake_env, serv
                                   "-h", "127.0.0.1", "-p", str(free_port)], lake_env)
     wait_for(url, proc, tmp_path / "dagster-dev.log")
     client = DagsterGraphQLClient("127.0.0.1", port_number=free_port)
-    started = client._execute('mutation { startSchedule(scheduleSelector: {repositoryLocationName: "sweeps", '
-                              'repositoryName: "__repository__", scheduleName: "sweep_tick"}) { __typename } }')
-    assert started["startSchedule"]["__typename"] == "ScheduleStateResult", started
+    deadline = time.monotonic() + 120
+    while True:  # the code location loads after the webserver answers
+        started = client._execute('mutation { startSchedule(scheduleSelector: {repositoryLocationName: "sweeps", '
+                                  'repositoryName: "__repository__", scheduleName: "sweep_tick"}) '
+                                  '{ __typename ... on PythonError { message } } }')
+        if started["startSchedule"]["__typename"] != "ScheduleNotFoundError" or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    assert started["startSchedule"]["__typename"] == "ScheduleStateResult", (started, (tmp_path / "dagster-dev.log").read_text()[-3000:])
 
     instance = DagsterInstance.from_config(lake_env["DAGSTER_HOME"])
     deadline = time.monotonic() + 420
