@@ -9,15 +9,19 @@ planned (broken file, missing mix) is logged with its file and reason and retrie
 
 `sweep_schedule(sweep)` launches every cell of a sweep on its cron (stopped by default; start it
 in the UI, or evaluate it there once to launch by hand). Cells carry `factory/sweep` tags and the
-lowest priority, and `run_key` = the cell's hash, so a schedule re-queues only cells that changed.
+lowest priority. A schedule's run keys only dedupe within one tick, so it skips cells that already
+have a queued, running or successful run (same config hash): each tick queues only new or changed
+cells, and a failed cell is retried.
 """
 
 import json
 
 from dagster import (
+    DagsterRunStatus,
     DefaultScheduleStatus,
     DefaultSensorStatus,
     RunRequest,
+    RunsFilter,
     ScheduleDefinition,
     ScheduleEvaluationContext,
     SensorEvaluationContext,
@@ -46,7 +50,7 @@ def experiment_sensor(context: SensorEvaluationContext, lake: LakeResource, expe
     queued = set(json.loads(context.cursor or "[]"))
     runs, errors = experiment_runs(lake.lake(), experiments.experiments_path(), skip=queued)
     for error in errors:
-        context.log.error(error)
+        context.log.warning(error)
     if not runs:
         return SkipReason("no new or changed experiments" + (f"; {len(errors)} cannot be queued" if errors else ""))
     context.log.info(f"queueing {', '.join(r.run for r in runs)}")
@@ -55,6 +59,11 @@ def experiment_sensor(context: SensorEvaluationContext, lake: LakeResource, expe
         dynamic_partitions_requests=[training_runs.build_add_request([r.run for r in runs])],
         cursor=json.dumps(sorted(queued | {r.config_hash for r in runs})),
     )
+
+
+def _has_run(instance, config_hash: str) -> bool:
+    runs = instance.get_runs(RunsFilter(tags={"factory/config_hash": config_hash}))
+    return any(r.status not in (DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED) for r in runs)
 
 
 def sweep_schedule(sweep: SweepConfig, cron: str | None = None) -> ScheduleDefinition:
@@ -69,7 +78,10 @@ def sweep_schedule(sweep: SweepConfig, cron: str | None = None) -> ScheduleDefin
             current = get_sweep(name, experiments.sweeps_path())
         except ValueError:
             current = sweep  # defined in code, not in a file
-        runs = sweep_runs(lake.lake(), current)
+        # a schedule's run keys only dedupe within one tick: skip cells that already have a live run
+        runs = [r for r in sweep_runs(lake.lake(), current) if not _has_run(context.instance, r.config_hash)]
+        if not runs:
+            return SkipReason(f"every cell of {name} already has a run (unchanged cells are not rerun)")
         context.instance.add_dynamic_partitions(training_runs.name, [r.run for r in runs])
         context.log.info(f"launching {len(runs)} cells of {name}: {', '.join(r.run for r in runs)}")
         return [_request(r) for r in runs]

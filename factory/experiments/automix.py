@@ -248,7 +248,7 @@ def propose_from_sweep(lake: Lake, sweep, *, name: str = "automix", run_id: str 
     dirichlet = sweep.params.get("mix_weights")
     if not isinstance(dirichlet, Dirichlet):
         raise AutomixError(f"sweep {sweep.name} does not sample mix_weights from a Dirichlet: nothing to regress")
-    report = write_sweep_results(lake, sweep, run_id=run_id)
+    report = write_sweep_results(lake, sweep, run_id=run_id, asset_key="automix", partition=sweep.name)
     results = [ProxyResult(run=e["run"], weights=e["params"]["mix_weights"], loss=e["value"],
                            upstream=[e["checkpoint_id"], e["eval_id"]])
                for e in report.ranking if e["status"] == "evaluated" and e["value"] is not None]

@@ -1,5 +1,6 @@
-"""Fixtures for the end-to-end tier: an isolated FACTORY_HOME with its own Dagster instance, and
-`dagster dev` (webserver + daemon) on loopback over it.
+"""Fixtures for the end-to-end tier: an isolated FACTORY_HOME with its own Dagster instance (and an
+empty experiments directory for the experiment sensor), and `dagster dev` (webserver + daemon) on
+loopback over it.
 
 The server is started in a new process session with default SIGINT/SIGTERM handlers (started from
 a script it would otherwise inherit an ignored SIGINT) and stopped by PID."""
@@ -26,6 +27,7 @@ def factory_env(tmp_path):
     home = tmp_path / "factory"
     dagster_home = home / "dagster"
     dagster_home.mkdir(parents=True)
+    (tmp_path / "no_experiments").mkdir()  # the experiment sensor queues nothing a test did not ask for
     shutil.copy(ROOT / "configs" / "dagster.yaml", dagster_home / "dagster.yaml")
     env = {
         **os.environ,
@@ -33,6 +35,7 @@ def factory_env(tmp_path):
         "DAGSTER_HOME": str(dagster_home),
         "SPARK_LOCAL_IP": "127.0.0.1",
         "PYTHONUNBUFFERED": "1",
+        "FACTORY_EXPERIMENTS_DIR": str(tmp_path / "no_experiments"),
     }
     return env
 

@@ -4,7 +4,7 @@ daemon's `checkpoint_eval_sensor` requests an eval run for every N-th checkpoint
 runs export, check and score the checkpoints into `evals.results`.
 
 Marked `slow` (~3-5 min on 2 CPU cores: dagster dev, a training subprocess, two eval runs that
-each start vLLM). The experiment sensor reads an empty directory here, so only this run trains.
+each start vLLM). The experiment sensor reads an empty directory (factory_env), so only this run trains.
 """
 
 import time
@@ -24,10 +24,8 @@ FINISHED = (DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus
 
 
 @pytest.fixture
-def training_home(factory_env, build_training_lake, tmp_path):
+def training_home(factory_env, build_training_lake):
     factory_env["OMP_NUM_THREADS"] = "1"  # two cores shared by training, evals and dagster
-    (tmp_path / "no_experiments").mkdir()
-    factory_env["FACTORY_EXPERIMENTS_DIR"] = str(tmp_path / "no_experiments")
     build_training_lake(factory_env["FACTORY_HOME"], heldout_fraction=0.25)
     return factory_env
 

@@ -6,7 +6,8 @@
   experiment; a second launch queues nothing (the cells are unchanged).
 - The daemon fires a scheduled sweep: a code location that adds `sweep_schedule` of a two-cell
   sweep with a one-minute cron, started over GraphQL; both cells' training runs are created by
-  the schedule and complete, one at a time (the `factory/kind=training` concurrency limit).
+  the schedule and complete, one at a time (the `factory/kind=training` concurrency limit), and
+  the next tick queues nothing.
 
 Marked `slow` (~1 min and ~4 min on 2 CPU cores).
 """
@@ -26,10 +27,8 @@ BIN = Path(sys.executable).parent
 
 
 @pytest.fixture
-def lake_env(factory_env, build_training_lake, tmp_path):
+def lake_env(factory_env, build_training_lake):
     factory_env["OMP_NUM_THREADS"] = "1"
-    (tmp_path / "no_experiments").mkdir()
-    factory_env["FACTORY_EXPERIMENTS_DIR"] = str(tmp_path / "no_experiments")  # the sensor queues nothing else
     build_training_lake(factory_env["FACTORY_HOME"])
     return factory_env
 
@@ -136,6 +135,9 @@ def test_the_daemon_fires_a_scheduled_sweep_and_its_runs_complete(lake_env, serv
     lake = Lake.open(home=lake_env["FACTORY_HOME"])
     for r in runs:
         assert [c["step"] for c in checkpoints(lake, r.tags["factory/run"])] == [2]
+    # the next tick queues nothing: the cells are unchanged
+    time.sleep(75 - time.time() % 60)  # past the next minute's tick
+    assert len(instance.get_runs(RunsFilter(tags={"factory/sweep": "tick"}))) == 2
     # one training at a time: the second run started after the first ended
     spans = sorted((instance.get_run_record_by_id(r.run_id).start_time, instance.get_run_record_by_id(r.run_id).end_time)
                    for r in runs)
