@@ -15,6 +15,7 @@ import os
 import sys
 
 from factory.experiments import ExperimentConfig, ExperimentError, plan_experiment
+from factory.experiments.sweep import run_name
 from factory.lake import Lake
 from factory.train.distributed import shutdown
 from factory.train.report import open_reporter
@@ -27,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     which.add_argument("--experiment", help="a function name in configs/experiments")
     which.add_argument("--experiment-json", help="a validated ExperimentConfig as JSON")
     # not --run: torchrun's parser would take it for an abbreviation of its own --run-path
-    parser.add_argument("--run-name", help="run name (default: the experiment name)")
+    parser.add_argument("--run-name", help="run name (default: <experiment>-<hash8>, as Dagster names it)")
     parser.add_argument("--run-id", default="", help="Dagster run id, for lineage")
     parser.add_argument("--home", help="FACTORY_HOME")
     parser.add_argument("--reporter", help="module:function, a context manager yielding a Reporter (default: terminal)")
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with open_reporter(int(os.environ.get("RANK", "0")), args.reporter) as reporter:
         try:
-            result = train(plan, lake, run=args.run_name, run_id=args.run_id, reporter=reporter)
+            result = train(plan, lake, run=args.run_name or run_name(experiment), run_id=args.run_id, reporter=reporter)
         finally:
             shutdown()
         reporter.log(f"{result.run}: {result.steps} steps, final loss {result.final_loss}")

@@ -8,8 +8,10 @@
   sweep with a one-minute cron, started over GraphQL; both cells' training runs are created by
   the schedule and complete, one at a time (the `factory/kind=training` concurrency limit), and
   the next tick queues nothing.
+- `factory experiment submit smoke` with no server queues one run into the instance through
+  dagster-graphql; submitting it again queues nothing.
 
-Marked `slow` (~1 min and ~4 min on 2 CPU cores).
+Marked `slow` (~1 min, ~5 min and ~1 min on 2 CPU cores).
 """
 
 import json
@@ -142,3 +144,25 @@ def test_the_daemon_fires_a_scheduled_sweep_and_its_runs_complete(lake_env, serv
     spans = sorted((instance.get_run_record_by_id(r.run_id).start_time, instance.get_run_record_by_id(r.run_id).end_time)
                    for r in runs)
     assert spans[1][0] >= spans[0][1] - 1, spans
+
+
+def test_experiment_submit_without_a_server_queues_into_the_instance_once(lake_env):
+    """No webserver: `factory experiment submit` queues through dagster-graphql in a local process."""
+    def submit():
+        return subprocess.run([str(BIN / "factory"), "experiment", "submit", "smoke"], cwd=ROOT, env=lake_env,
+                              capture_output=True, text=True, timeout=300)
+
+    first = submit()
+    assert first.returncode == 0, first.stderr
+    assert "queued 1 run(s), 0 unchanged" in first.stdout, first.stdout
+    instance = DagsterInstance.from_config(lake_env["DAGSTER_HOME"])
+    (run,) = instance.get_runs(RunsFilter(tags={"factory/experiment": "smoke"}))
+    from configs.experiments.smoke import smoke
+    from factory.experiments.sweep import run_name
+
+    assert run.status == DagsterRunStatus.QUEUED and run.tags["dagster/partition"] == run_name(smoke())
+    assert run.tags["factory/config_hash"] == smoke().identity_hash() and run.tags["dagster/priority"] == "0"
+    assert Path(run.tags["factory/card"]).read_text().startswith("# Experiment `smoke`")
+    second = submit()
+    assert "queued 0 run(s), 1 unchanged" in second.stdout, second.stdout
+    assert len(instance.get_runs(RunsFilter(tags={"factory/experiment": "smoke"}))) == 1
