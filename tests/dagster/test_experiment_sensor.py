@@ -118,3 +118,16 @@ def test_sweep_schedule_requests_every_cell_with_sweep_tags(tmp_path, build_trai
     assert {r.tags["factory/sweep"] for r in requests} == {"tiny"} and {r.tags["dagster/priority"] for r in requests} == {"-10"}
     assert [r.tags["factory/cell"] for r in requests] == ["0", "1"]
     assert set(instance.get_dynamic_partitions("training_runs")) == set(runs)
+
+    # a schedule's run keys only dedupe within one tick: the next tick skips cells with a live run
+    from dagster import DagsterRunStatus, SkipReason
+    from dagster._core.test_utils import create_run_for_test
+
+    first, second = requests
+    create_run_for_test(instance, job_name="train_job", tags=first.tags, status=DagsterRunStatus.SUCCESS)
+    create_run_for_test(instance, job_name="train_job", tags=second.tags, status=DagsterRunStatus.FAILURE)
+    retry = list(schedule.evaluate_tick(context).run_requests)
+    assert [r.partition_key for r in retry] == [runs[1]], "only the failed cell is queued again"
+    create_run_for_test(instance, job_name="train_job", tags=second.tags, status=DagsterRunStatus.STARTED)
+    done = schedule.evaluate_tick(context)
+    assert not done.run_requests and "already has a run" in done.skip_message
