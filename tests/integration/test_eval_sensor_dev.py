@@ -46,6 +46,10 @@ def test_evals_run_by_themselves_for_every_nth_checkpoint(training_home, dagster
     assert dagster_dev.get_run_status(submitted.run_id) == DagsterRunStatus.SUCCESS
 
     instance = DagsterInstance.from_config(training_home["DAGSTER_HOME"])
+    # the scores are committed a moment before their run ends
+    while not all(r.status in FINISHED for r in instance.get_runs(RunsFilter(job_name="eval_job"))):
+        assert time.monotonic() < deadline, "eval runs did not finish"
+        time.sleep(1)
     evals = instance.get_runs(RunsFilter(job_name="eval_job"))
     # checkpoints 2 and 6 are not multiples of eval_every: no runs for them
     assert sorted(r.tags["dagster/run_key"] for r in evals) == [f"ckpt/{run}@4", f"ckpt/{run}@8"]

@@ -63,7 +63,7 @@ def launch(lake: Lake, name: str, *, every: int = 2, dry_run: bool = False,
     command to the end."""
     experiment = smoke_ddp().derive(name=name, steps=STEPS, checkpoint=CheckpointConfig(every=every),
                                     replicas=ReplicaCheckConfig(hash_every=2, redundant_dry_run=dry_run))
-    command = launch_command(plan_experiment(lake, experiment), home=str(lake.home))
+    command = launch_command(plan_experiment(lake, experiment), home=str(lake.home), run=name)
     assert command[1:5] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
     env = {k: v for k, v in os.environ.items() if k not in ("FACTORY_FAULTS", "DAGSTER_PIPES_CONTEXT")}
     env.update(FACTORY_HOME=str(lake.home), HF_HUB_OFFLINE="1", FACTORY_TRACKER_BACKENDS="iceberg")
