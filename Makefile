@@ -37,8 +37,9 @@ $(DAGSTER_HOME)/dagster.yaml: configs/dagster.yaml
 	@mkdir -p $(DAGSTER_HOME) && cp $< $@
 
 demo: setup
-	@# the smoke experiment's run is smoke-<hash8>: add that training_run partition (no lake needed yet)
-	$(eval SMOKE := $(shell $(BIN)/factory experiment register smoke))
+	@# the smoke experiment's run is smoke-<hash8>: add that training_run partition (no lake needed yet;
+	@# $$(shell) does not see exported variables before make 4.4, hence the explicit environment)
+	$(eval SMOKE := $(shell FACTORY_HOME=$(FACTORY_HOME) DAGSTER_HOME=$(DAGSTER_HOME) $(BIN)/factory experiment register smoke))
 	@test -n "$(SMOKE)" || { echo "factory experiment register smoke failed"; exit 1; }
 	$(BIN)/dagster job execute -m definitions -j demo_job -c configs/demo_run.yaml
 	$(BIN)/dagster asset materialize -m definitions --select mix --partition default
