@@ -117,55 +117,56 @@ def build_parser() -> argparse.ArgumentParser:
     mix = commands.add_parser("mix", parents=[home], help="mix specs and versions: list, show, register, peek")
     actions = mix.add_subparsers(dest="mix_command", required=True, metavar="ACTION")
     actions.add_parser("list", parents=[home], help="every spec in configs/mixes and its newest version") \
-        .set_defaults(run=_mix("list"))
+        .set_defaults(run=_lazy("factory.mix.commands", "list"))
     show = actions.add_parser("show", parents=[home], help="every version of a mix: pins, weights, token estimates")
     show.add_argument("name")
     show.add_argument("--json", action="store_true")
-    show.set_defaults(run=_mix("show"))
+    show.set_defaults(run=_lazy("factory.mix.commands", "show"))
     register = actions.add_parser("register", parents=[home], help="pin configs/mixes/NAME.yaml to current snapshots")
     register.add_argument("name")
-    register.set_defaults(run=_mix("register"))
+    register.set_defaults(run=_lazy("factory.mix.commands", "register"))
     peek = actions.add_parser("peek", parents=[home], help="stream one batch of a version and decode it")
     peek.add_argument("ref", help="mix name (newest version) or mix/<name>@v<N>")
     peek.add_argument("--rows", type=int, default=2, help="rows to decode (default 2)")
     peek.add_argument("--seed", type=int, default=0)
-    peek.set_defaults(run=_mix("peek"))
+    peek.set_defaults(run=_lazy("factory.mix.commands", "peek"))
 
     engines = ("vllm", "transformers")
     export = commands.add_parser("export", parents=[home], help="export a checkpoint (HF Llama) and check equivalence")
     export.add_argument("checkpoint", help="checkpoint id: <run>@<step> or ckpt/<run>@<step>")
     export.add_argument("--engine", choices=engines, default="vllm", help="engine checked against ours")
     export.add_argument("--no-check", action="store_true", help="skip the equivalence check")
-    export.set_defaults(run=_evals("export"))
+    export.set_defaults(run=_lazy("factory.evals.commands", "export"))
     evaluate = commands.add_parser("eval", parents=[home], help="export, check and evaluate a checkpoint")
     evaluate.add_argument("checkpoint", help="checkpoint id: <run>@<step> or ckpt/<run>@<step>")
     evaluate.add_argument("--suite", help="eval suite of configs/evals.py (default: the experiment's)")
     evaluate.add_argument("--engine", choices=engines, default="vllm")
-    evaluate.set_defaults(run=_evals("eval"))
+    evaluate.set_defaults(run=_lazy("factory.evals.commands", "eval"))
     scores = commands.add_parser("evals", parents=[home], help="eval scores, one row per evaluated checkpoint")
     scores.add_argument("--run", dest="run_name", help="only this run")
     scores.add_argument("--suite", help="only this suite")
-    scores.set_defaults(run=_evals("evals"))
+    scores.set_defaults(run=_lazy("factory.evals.commands", "evals"))
     serve = commands.add_parser("serve", parents=[home], help="vLLM's OpenAI-compatible server for an export")
     serve.add_argument("export", help="export/<run>@<step>, a checkpoint id, or an export directory")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
-    serve.set_defaults(run=_evals("serve"))
+    serve.set_defaults(run=_lazy("factory.evals.commands", "serve"))
     _experiment_commands(commands, home)
     return parser
 
 
 def _experiment_commands(commands, home) -> None:
+    module = "factory.experiments.commands"
     url = argparse.ArgumentParser(add_help=False)
     url.add_argument("--url", help="Dagster webserver, e.g. http://127.0.0.1:3000 (default: queue through "
                                    "dagster-graphql into $DAGSTER_HOME, no server needed)")
     experiment = commands.add_parser("experiment", parents=[home], help="experiments as code: list, show, submit")
     actions = experiment.add_subparsers(dest="experiment_command", required=True, metavar="ACTION")
     actions.add_parser("list", parents=[home], help="every experiment in configs/experiments and its run name") \
-        .set_defaults(run=_experiments("experiment_list"))
+        .set_defaults(run=_lazy(module, "experiment_list"))
     show = actions.add_parser("show", parents=[home], help="plan an experiment and print its card")
     show.add_argument("name")
-    show.set_defaults(run=_experiments("experiment_show"))
+    show.set_defaults(run=_lazy(module, "experiment_show"))
     for action, text in (("submit", "queue runs of experiments (unchanged ones are skipped)"),
                          ("register", "add the runs' training_run partitions only; print their run names")):
         p = actions.add_parser(action, parents=[home, url], help=text)
@@ -173,12 +174,12 @@ def _experiment_commands(commands, home) -> None:
         p.add_argument("--all", action="store_true", help="every experiment")
         if action == "submit":
             p.add_argument("--force", action="store_true", help="queue even when a run of the same config exists")
-        p.set_defaults(run=_experiments(f"experiment_{action}"))
+        p.set_defaults(run=_lazy(module, f"experiment_{action}"))
 
     sweep = commands.add_parser("sweep", parents=[home], help="sweeps: list, show, launch, run, results")
     actions = sweep.add_subparsers(dest="sweep_command", required=True, metavar="ACTION")
     actions.add_parser("list", parents=[home], help="every sweep in configs/sweeps").set_defaults(
-        run=_experiments("sweep_list"))
+        run=_lazy(module, "sweep_list"))
     for action, text in (("show", "a sweep's cells and their run names"),
                          ("launch", "queue one tagged run per cell in Dagster"),
                          ("run", "train and evaluate every cell here, one after another (no Dagster)"),
@@ -189,37 +190,21 @@ def _experiment_commands(commands, home) -> None:
             p.add_argument("--force", action="store_true", help="queue cells that already have runs too")
         if action == "run":
             p.add_argument("--no-eval", action="store_true", help="train only")
-        p.set_defaults(run=_experiments(f"sweep_{action}"))
+        p.set_defaults(run=_lazy(module, f"sweep_{action}"))
 
     automix = commands.add_parser("automix", parents=[home], help="RegMix: propose a mix from a proxy sweep")
     automix.add_argument("sweep", help="a sweep over mix_weights whose cells are evaluated (e.g. automix)")
     automix.add_argument("--name", default="automix", help="mix name to register the proposal under")
-    automix.set_defaults(run=_experiments("automix"))
+    automix.set_defaults(run=_lazy(module, "automix"))
 
 
-def _experiments(action: str):
+def _lazy(module: str, action: str):
+    """The callback `cmd_<action>` of `module`, imported only when that command runs (the heavy
+    imports of one command never slow down another)."""
     def run(args: argparse.Namespace, out: Console) -> int:
-        from factory.experiments import commands
+        import importlib
 
-        return getattr(commands, f"cmd_{action}")(args, out)
-
-    return run
-
-
-def _evals(action: str):
-    def run(args: argparse.Namespace, out: Console) -> int:
-        from factory.evals import commands
-
-        return getattr(commands, f"cmd_{action}")(args, out)
-
-    return run
-
-
-def _mix(action: str):
-    def run(args: argparse.Namespace, out: Console) -> int:
-        from factory.mix import commands
-
-        return getattr(commands, f"cmd_{action}")(args, out)
+        return getattr(importlib.import_module(module), f"cmd_{action}")(args, out)
 
     return run
 

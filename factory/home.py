@@ -28,6 +28,11 @@ def artifacts_dir(home: Path) -> Path:
     return home / "artifacts"
 
 
+def run_dir(home: Path, run: str) -> Path:
+    """Everything of one training run: `checkpoints/` and its `card.md`."""
+    return artifacts_dir(home) / "runs" / run
+
+
 def dagster_home(home: Path) -> Path:
     return home / "dagster"
 

@@ -17,7 +17,6 @@ cells, and a failed cell is retried.
 import json
 
 from dagster import (
-    DagsterRunStatus,
     DefaultScheduleStatus,
     DefaultSensorStatus,
     RunRequest,
@@ -32,7 +31,7 @@ from dagster import (
 )
 
 from assets.train import training_runs
-from factory.experiments.queue import experiment_runs, sweep_runs
+from factory.experiments.queue import RERUNNABLE, experiment_runs, sweep_runs
 from factory.experiments.registry import get_sweep
 from factory.experiments.sweep import SweepConfig
 from jobs import train_job
@@ -63,7 +62,7 @@ def experiment_sensor(context: SensorEvaluationContext, lake: LakeResource, expe
 
 def _has_run(instance, config_hash: str) -> bool:
     runs = instance.get_runs(RunsFilter(tags={"factory/config_hash": config_hash}))
-    return any(r.status not in (DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED) for r in runs)
+    return any(r.status.value not in RERUNNABLE for r in runs)
 
 
 def sweep_schedule(sweep: SweepConfig, cron: str | None = None) -> ScheduleDefinition:

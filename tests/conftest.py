@@ -7,7 +7,9 @@ them to a lake; the mix, tokenizer, Dagster mix-asset and `factory mix` CLI test
 
 `build_training_lake(home)` adds a 512-token BPE `default` and mix `default` (what
 `configs.experiments.smoke()` asks for); `trained_checkpoints` trains a shortened smoke run on
-such a lake once per session, for the export, inference, eval and eval-asset tests."""
+such a lake once per session, for the export, inference, eval and eval-asset tests. `run_rows`
+writes checkpoint and eval rows with the project's own writers, without training (sweep results
+and auto-mixer tests)."""
 
 from __future__ import annotations
 
@@ -142,6 +144,45 @@ class TrainedRun:
         return smoke().derive(name=TrainedRun.run, steps=TrainedRun.steps, eval_every=TrainedRun.every,
                               eval_suite="quick", checkpoint=CheckpointConfig(every=TrainedRun.every, keep_last=5),
                               tracker={"backends": ["iceberg"]})
+
+
+class RunRows:
+    """`train.checkpoints` and `evals.results` rows of runs that were never trained, written with
+    `record_checkpoint` and `write_results` (checkpoint files do not exist; nothing opens them)."""
+
+    @staticmethod
+    def checkpoint(lake: Lake, run: str, step: int, loss: float) -> str:
+        import datetime as dt
+
+        from factory.train.checkpoint import CheckpointRef, record_checkpoint
+
+        ref = CheckpointRef(run=run, step=step, path=Path(f"/nonexistent/{run}/step-{step:08d}.pt"), sha256="0" * 64,
+                            bytes=1, tokens=step * 4096, loss=loss, created_at=dt.datetime.now(dt.timezone.utc))
+        record_checkpoint(lake, ref, experiment=run, mix_version="mix/default@v1", config_hash="test", eval_every=4,
+                          upstream=[])
+        return ref.checkpoint_id
+
+    @staticmethod
+    def evaluate(lake: Lake, run: str, step: int, scores: dict[str, float], suite: str = "heldout") -> str:
+        """bpb scores (`metric -> value`) of `ckpt/<run>@<step>`; the eval id."""
+        import datetime as dt
+
+        from factory.evals.results import eval_id_of, write_results
+
+        ckpt = f"ckpt/{run}@{step}"
+        eval_id = eval_id_of(ckpt, suite)
+        now = dt.datetime.now(dt.timezone.utc)
+        rows = [{"eval_id": eval_id, "checkpoint_id": ckpt, "export_id": f"export/{run}@{step}", "run": run,
+                 "step": step, "tokens": step * 4096, "suite": suite, "task": "bpb", "metric": metric, "value": value,
+                 "n": 10, "stderr": None if metric == "all" else 0.01, "engine": "transformers", "config_hash": "test",
+                 "created_at": now} for metric, value in scores.items()]
+        write_results(lake, eval_id=eval_id, rows=rows, samples=[], upstream=[ckpt], config={}, config_hash="test")
+        return eval_id
+
+
+@pytest.fixture
+def run_rows() -> type[RunRows]:
+    return RunRows
 
 
 @pytest.fixture(scope="session")

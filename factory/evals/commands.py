@@ -40,21 +40,14 @@ def cmd_export(args, out: Console) -> int:
 
 def cmd_eval(args, out: Console) -> int:
     from configs.evals import suite as eval_suite
-    from factory.evals import evaluate
-    from factory.infer import EngineConfig, ExportError, export_checkpoint, find_checkpoint, open_engine
-    from factory.infer.equivalence import verify_export
+    from factory.evals.suite import evaluate_checkpoint
+    from factory.infer import EngineConfig, find_checkpoint
 
     lake = _lake(args)
     checkpoint = find_checkpoint(lake, args.checkpoint)
     suite = eval_suite(args.suite or checkpoint.plan.experiment.eval_suite)
-    export = export_checkpoint(lake, checkpoint, asset_key="cli")
-    config = EngineConfig(kind=args.engine)
-    report = verify_export(lake, export, config, checkpoint=checkpoint)
-    out.print(report.summary())
-    if not report.passed:
-        raise ExportError(f"{export.export_id} failed the equivalence check: {'; '.join(report.problems)}")
-    result = evaluate(lake, export, open_engine(export, config), suite, tokens=checkpoint.ref.tokens,
-                      log=lambda m: out.print(f"[dim]{m}[/dim]"))
+    result = evaluate_checkpoint(lake, checkpoint, suite, EngineConfig(kind=args.engine),
+                                 log=lambda m: out.print(m, markup=False))
     out.print(f"\n{result.eval_id}\n")
     out.print(result.table)
     return 0

@@ -1,6 +1,7 @@
 """An eval suite: named task configs run against one export, scores committed with lineage.
 
-`evaluate` is what the `eval_scores` asset, `factory eval` and the eval sensor's runs call: it
+`evaluate` is what the `eval_scores` asset, `factory eval` and the eval sensor's runs call
+(`evaluate_checkpoint` puts the export and the equivalence check in front of it): it
 runs each task of the suite on the engine (one engine, started once, for all tasks), writes
 `evals.samples` + `evals.results` + a lineage row whose upstream is the export and everything
 the tasks read (held-out snapshots, the HumanEval file), and returns the score table with the
@@ -93,3 +94,20 @@ def evaluate(lake: Lake, export: ExportRef, engine: Engine, suite: SuiteConfig, 
     return EvalReport(eval_id=eval_id, rows=rows, table=score_table(rows, previous),
                       previous_step=previous[0]["step"] if previous else None, snapshot_id=snapshot,
                       seconds=seconds, metadata=metadata)
+
+
+def evaluate_checkpoint(lake: Lake, checkpoint, suite: SuiteConfig, engine_config=None, *, asset_key: str = "cli",
+                        log: Callable[[str], None] = print) -> EvalReport:
+    """Export a checkpoint (`find_checkpoint`'s), check it against the training model, evaluate it:
+    `factory eval` and `factory sweep run` in one process (Dagster runs the same steps as two assets
+    with a blocking check between). A failed check raises `ExportError` and nothing is scored."""
+    from factory.infer import EngineConfig, ExportError, export_checkpoint, open_engine
+    from factory.infer.equivalence import verify_export
+
+    config = engine_config or EngineConfig()
+    export = export_checkpoint(lake, checkpoint, asset_key=asset_key)
+    report = verify_export(lake, export, config, checkpoint=checkpoint)
+    log(report.summary())
+    if not report.passed:
+        raise ExportError(f"{export.export_id} failed the equivalence check: {'; '.join(report.problems)}")
+    return evaluate(lake, export, open_engine(export, config), suite, tokens=checkpoint.ref.tokens, log=log)

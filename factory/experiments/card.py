@@ -3,8 +3,19 @@ saved beside the run's checkpoints, so anyone can see what was trained without r
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from factory.experiments.spec import Plan
 from factory.experiments.sweep import run_name
+from factory.home import run_dir
+
+
+def write_card(home: Path, run: str, card: str) -> Path:
+    """The card beside the run's checkpoints: written when the run is queued, again when it starts."""
+    path = run_dir(home, run) / "card.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(card)
+    return path
 
 
 def render_card(plan: Plan) -> str:

@@ -24,11 +24,11 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from factory.experiments.queue import TRAIN_JOB, QueuedRun
+from factory.experiments.queue import RERUNNABLE, TRAIN_JOB, QueuedRun
 from factory.home import CHECKOUT
 
 LOCATION, REPOSITORY, PARTITIONS = "definitions", "__repository__", "training_runs"
-RERUNNABLE = {"FAILURE", "CANCELED"}
+REPO = f'{{repositoryLocationName: "{LOCATION}", repositoryName: "{REPOSITORY}"}}'
 
 
 class LaunchError(RuntimeError):
@@ -120,9 +120,7 @@ def submit(runs: list[QueuedRun], gql: GraphQL, *, skip_existing: bool = True) -
     if todo:
         data = gql(_mutation(len(todo)), _variables(todo))
         for j, (i, r) in enumerate(todo):
-            added = data[f"p{j}"]
-            if added["__typename"] not in ("AddDynamicPartitionSuccess", "DuplicateDynamicPartitionError"):
-                raise LaunchError(f"{r.run}: adding its partition failed: {added.get('message', added['__typename'])}")
+            _check_added(data[f"p{j}"], r.run)
             launched = data[f"r{j}"]
             if launched["__typename"] != "LaunchRunSuccess":
                 problem = launched.get("message") or "; ".join(e["message"] for e in launched.get("errors", []))
@@ -131,12 +129,21 @@ def submit(runs: list[QueuedRun], gql: GraphQL, *, skip_existing: bool = True) -
     return [results[i] for i in range(len(runs))]
 
 
+def _add_partition(alias: str, key: str) -> str:
+    """A field adding the `training_run` partition `key` (a GraphQL variable or string literal)."""
+    return (f'{alias}: addDynamicPartition(partitionsDefName: "{PARTITIONS}", partitionKey: {key}, '
+            f'repositorySelector: {REPO}) {{ __typename ... on Error {{ message }} }}')
+
+
+def _check_added(answer: dict, run: str) -> None:
+    if answer["__typename"] not in ("AddDynamicPartitionSuccess", "DuplicateDynamicPartitionError"):
+        raise LaunchError(f"{run}: adding its partition failed: {answer.get('message', answer['__typename'])}")
+
+
 def _mutation(n: int) -> str:
-    repo = f'{{repositoryLocationName: "{LOCATION}", repositoryName: "{REPOSITORY}"}}'
     params = ", ".join(f"$k{j}: String!, $e{j}: ExecutionParams!" for j in range(n))
     body = "\n".join(
-        f'p{j}: addDynamicPartition(partitionsDefName: "{PARTITIONS}", partitionKey: $k{j}, repositorySelector: {repo}) '
-        f'{{ __typename ... on Error {{ message }} }}\n'
+        _add_partition(f"p{j}", f"$k{j}") + "\n"
         f'r{j}: launchRun(executionParams: $e{j}) {{ __typename ... on LaunchRunSuccess {{ run {{ runId status }} }} '
         f'... on Error {{ message }} ... on RunConfigValidationInvalid {{ errors {{ message }} }} }}'
         for j in range(n))
@@ -159,11 +166,6 @@ def _variables(todo: list[tuple[int, QueuedRun]]) -> dict:
 def add_partitions(runs: list[str], gql: GraphQL) -> None:
     """Add the runs' `training_run` partitions without launching anything (to materialize by hand:
     `dagster asset materialize --select training_run --partition <run>`)."""
-    repo = f'{{repositoryLocationName: "{LOCATION}", repositoryName: "{REPOSITORY}"}}'
-    body = "\n".join(f'p{j}: addDynamicPartition(partitionsDefName: "{PARTITIONS}", partitionKey: {json.dumps(r)}, '
-                     f'repositorySelector: {repo}) {{ __typename ... on Error {{ message }} }}'
-                     for j, r in enumerate(runs))
-    data = gql(f"mutation {{ {body} }}")
+    data = gql("mutation { " + "\n".join(_add_partition(f"p{j}", json.dumps(r)) for j, r in enumerate(runs)) + " }")
     for j, r in enumerate(runs):
-        if data[f"p{j}"]["__typename"] not in ("AddDynamicPartitionSuccess", "DuplicateDynamicPartitionError"):
-            raise LaunchError(f"{r}: adding its partition failed: {data[f'p{j}'].get('message')}")
+        _check_added(data[f"p{j}"], r)

@@ -46,10 +46,9 @@ def run_sweep(lake, sweep: SweepConfig, *, evaluate: bool = True, log: Callable[
 
 def _evaluate(lake, checkpoint_id: str, suite_name: str, log) -> str:
     from configs.evals import suite as eval_suite
-    from factory.evals import evaluate
     from factory.evals.results import eval_id_of, results
-    from factory.infer import EngineConfig, ExportError, export_checkpoint, find_checkpoint, open_engine
-    from factory.infer.equivalence import verify_export
+    from factory.evals.suite import evaluate_checkpoint
+    from factory.infer import find_checkpoint
 
     eval_id = eval_id_of(checkpoint_id, suite_name)
     checkpoint = find_checkpoint(lake, checkpoint_id)
@@ -57,12 +56,7 @@ def _evaluate(lake, checkpoint_id: str, suite_name: str, log) -> str:
         log(f"    {eval_id}: already evaluated")
         return eval_id
     started = time.perf_counter()
-    export = export_checkpoint(lake, checkpoint, asset_key="sweep")
-    report = verify_export(lake, export, EngineConfig(), checkpoint=checkpoint)
-    if not report.passed:
-        raise ExportError(f"{export.export_id} failed the equivalence check: {'; '.join(report.problems)}")
-    result = evaluate(lake, export, open_engine(export, EngineConfig()), eval_suite(suite_name),
-                      tokens=checkpoint.ref.tokens, log=lambda m: None)
+    result = evaluate_checkpoint(lake, checkpoint, eval_suite(suite_name), asset_key="sweep", log=lambda m: None)
     main = ", ".join(f"{r['task']}/{r['metric']} {r['value']:.4f}" for r in result.rows if r["metric"] == "all")
     log(f"    {eval_id}: {main} ({time.perf_counter() - started:.1f} s)")
     return result.eval_id

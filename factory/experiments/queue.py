@@ -16,17 +16,18 @@ the instance's tag concurrency limits count (one `training` run at a time locall
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from factory.experiments.card import render_card
-from factory.experiments.registry import discover_experiments
+from factory.experiments.card import render_card, write_card
+from factory.experiments.registry import discover_experiments, discover_sweeps
 from factory.experiments.spec import ExperimentConfig, ExperimentError, plan_experiment
 from factory.experiments.sweep import SweepConfig, check_token_budget, expand, run_name
-from factory.home import artifacts_dir
 
 PRIORITY = {"eval": 10, "training": 0, "sweep": -10}
+RERUNNABLE = {"FAILURE", "CANCELED"}  # a config whose runs all ended so may be queued again; any other status blocks it
 TRAIN_JOB = "train_job"
 
 
@@ -46,20 +47,13 @@ class QueuedRun(BaseModel):
         return {"ops": {"training_run": {"config": {"experiment_json": self.experiment.model_dump_json()}}}}
 
 
-def card_path(home: Path, run: str) -> Path:
-    """Where the trainer writes the card too: beside the run's checkpoints."""
-    return artifacts_dir(home) / "runs" / run / "card.md"
-
-
 def queued_run(lake, experiment: ExperimentConfig, *, source: str, kind: str = "training",
                tags: dict[str, str] | None = None) -> QueuedRun:
     """Plan `experiment` (errors name it), write its card and build its request."""
     plan = plan_experiment(lake, experiment)
     run = run_name(experiment)
     card = render_card(plan)
-    path = card_path(lake.home, run)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(card)
+    path = write_card(lake.home, run, card)
     return QueuedRun(run=run, experiment=experiment, config_hash=plan.config_hash, card=card, card_path=str(path),
                       tokens=plan.tokens, tags={
         "factory/kind": "training", "factory/experiment": experiment.name, "factory/run": run,
@@ -91,8 +85,6 @@ def experiment_runs(lake, directory: Path | None = None, names: list[str] | None
 def resolve_run(run: str, experiments_dir: Path | None = None, sweeps_dir: Path | None = None) -> ExperimentConfig:
     """The experiment whose run name is `run`, among the experiment files and the sweep cells as
     they are now (for a run launched by partition alone, e.g. from the UI)."""
-    from factory.experiments.registry import discover_sweeps
-
     found = discover_experiments(experiments_dir)
     for f in found.found.values():
         if run_name(f.config) == run:
@@ -110,8 +102,6 @@ def resolve_run(run: str, experiments_dir: Path | None = None, sweeps_dir: Path 
 def sweep_runs(lake, sweep: SweepConfig) -> list[QueuedRun]:
     """One request per cell, tagged with the sweep and the cell's values; the whole sweep is
     refused when any cell cannot be planned or the cells exceed the budget."""
-    import json
-
     cells = expand(sweep)
     runs = [queued_run(lake, c.experiment, source=f"configs/sweeps: {sweep.name}", kind="sweep",
                        tags={"factory/sweep": sweep.name, "factory/cell": str(c.index),

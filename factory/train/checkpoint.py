@@ -36,7 +36,7 @@ import torch
 from pydantic import BaseModel, ConfigDict
 from pyiceberg.expressions import EqualTo
 
-from factory.home import artifacts_dir
+from factory.home import run_dir
 from factory.lake.catalog import Lake
 from factory.lake.commit import CommitStamp
 from factory.lake.lineage import LineageRecord
@@ -74,7 +74,7 @@ class CheckpointRef(BaseModel):
 
 def checkpoint_dir(home: Path, run: str) -> Path:
     """Where the checkpoints of `run` live: `<artifacts>/runs/<run>/checkpoints`."""
-    return artifacts_dir(home) / "runs" / run / "checkpoints"
+    return run_dir(home, run) / "checkpoints"
 
 
 def manifest_path(path: Path) -> Path:

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import BaseModel
 
-from factory.experiments.card import render_card
+from factory.experiments.card import render_card, write_card
 from factory.experiments.spec import Plan
 from factory.lake import Lake
 from factory.mix import LoaderConfig, MixLoader, agreed_resolver
@@ -73,9 +73,10 @@ def train(plan: Plan, lake: Lake, *, run: str | None = None, run_id: str = "", r
     resume = _resume(d, directory, model, optimizer, rep)
     step, loader_state, guard_state, previous = resume or (0, None, None, None)
     guards = Guards(exp.guards, guard_state)
+    card = render_card(plan)
     if d.main:
         directory.mkdir(parents=True, exist_ok=True)
-        (directory.parent / "card.md").write_text(render_card(plan))
+        write_card(lake.home, run, card)
 
     loader = MixLoader(
         lake, plan.mix_version,  # a resumed loader continues on the version in its state
@@ -90,7 +91,7 @@ def train(plan: Plan, lake: Lake, *, run: str | None = None, run_id: str = "", r
     tracker = build_tracker(exp.tracker, lake, lake.home, run) if d.main else None
     if tracker:
         tracker.start(run, params=json.loads(plan.model_dump_json()), tags={"run_id": run_id, "mix": plan.mix_version})
-        tracker.log_text("card.md", render_card(plan))
+        tracker.log_text("card.md", card)
     with torch.random.fork_rng(devices=[]):  # the peak measurement's random matrices must not move the run's RNG
         flops, peak = flops_per_token(plan.model, plan.seq_len), measure_matmul_peak() if d.main else 0.0
     rep.log(f"{run}: {plan.parameters / 1e6:.2f} M parameters, {plan.steps} steps of {plan.tokens_per_step:,} tokens"

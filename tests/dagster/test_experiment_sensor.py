@@ -120,7 +120,7 @@ def test_sweep_schedule_requests_every_cell_with_sweep_tags(tmp_path, build_trai
     assert set(instance.get_dynamic_partitions("training_runs")) == set(runs)
 
     # a schedule's run keys only dedupe within one tick: the next tick skips cells with a live run
-    from dagster import DagsterRunStatus, SkipReason
+    from dagster import DagsterRunStatus
     from dagster._core.test_utils import create_run_for_test
 
     first, second = requests

@@ -3,8 +3,8 @@
 Each test writes its sweep as a file in a tmp sweeps directory, handed to the assets with
 `ExperimentsResource(sweeps_dir=...)`, and materializes in process with `materialize([...])` and
 the real `LakeResource(home=tmp_path)`. No model is trained: the cells' checkpoint and eval rows are
-written with the project's own writers (`record_checkpoint`, `write_results`), as in
-tests/experiments/test_sweep_results.py, since both assets only read those tables.
+written with the project's own writers (the `run_rows` fixture of tests/conftest.py), since both
+assets only read those tables.
 
 - `sweeps/results` partition `smoke_lr` (a 3-cell learning-rate grid, two cells evaluated): the
   ranking names the best run first, the plot is an inline PNG, the counts and the best run are
@@ -20,7 +20,6 @@ Runs on CPU, no servers, no network; about 25 seconds, most of it the automix te
 from __future__ import annotations
 
 import base64
-import datetime as dt
 import math
 import textwrap
 from pathlib import Path
@@ -30,13 +29,11 @@ from dagster import AssetKey, DagsterInstance, materialize
 from pyiceberg.expressions import EqualTo
 
 from assets.sweeps import automix, sweep_results
-from factory.evals.results import eval_id_of, write_results
 from factory.experiments.registry import get_sweep
 from factory.experiments.results import RESULTS_TABLE
 from factory.experiments.sweep import expand
 from factory.home import artifacts_dir
 from factory.mix import mix_versions
-from factory.train.checkpoint import CheckpointRef, record_checkpoint
 from resources import ExperimentsResource, LakeResource
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -78,26 +75,6 @@ def sweeps_dir(root: Path, **files: str) -> Path:
     return root
 
 
-def checkpoint(lake, run: str, step: int, loss: float) -> str:
-    ref = CheckpointRef(run=run, step=step, path=Path(f"/nonexistent/{run}/step-{step:08d}.pt"), sha256="0" * 64,
-                        bytes=1, tokens=step * 4096, loss=loss, created_at=dt.datetime.now(dt.timezone.utc))
-    record_checkpoint(lake, ref, experiment=run, mix_version="mix/default@v1", config_hash="test", eval_every=4,
-                      upstream=[])
-    return ref.checkpoint_id
-
-
-def evaluate(lake, run: str, step: int, scores: dict[str, float], suite: str = "heldout") -> str:
-    ckpt = f"ckpt/{run}@{step}"
-    eval_id = eval_id_of(ckpt, suite)
-    now = dt.datetime.now(dt.timezone.utc)
-    rows = [{"eval_id": eval_id, "checkpoint_id": ckpt, "export_id": f"export/{run}@{step}", "run": run, "step": step,
-             "tokens": step * 4096, "suite": suite, "task": "bpb", "metric": metric, "value": value, "n": 10,
-             "stderr": None if metric == "all" else 0.01, "engine": "transformers", "config_hash": "test",
-             "created_at": now} for metric, value in scores.items()]
-    write_results(lake, eval_id=eval_id, rows=rows, samples=[], upstream=[ckpt], config={}, config_hash="test")
-    return eval_id
-
-
 # -- running the assets ---------------------------------------------------------------------------
 def resources(home: Path, sweeps: Path) -> dict:
     return {"lake": LakeResource(home=str(home)), "experiments": ExperimentsResource(sweeps_dir=str(sweeps))}
@@ -121,13 +98,13 @@ def failure(result) -> str:
 
 
 # -- sweeps/results -------------------------------------------------------------------------------
-def test_sweep_results_ranks_plots_and_writes_the_partitions_sweep(lake, tmp_path):
+def test_sweep_results_ranks_plots_and_writes_the_partitions_sweep(lake, tmp_path, run_rows):
     sweeps = sweeps_dir(tmp_path / "sweeps", smoke_lr=SMOKE_LR)
     c0, c1, c2 = (c.run for c in expand(get_sweep("smoke_lr", sweeps)))
-    checkpoint(lake, c0, 4, 3.0)
-    checkpoint(lake, c1, 4, 2.5)
-    evaluate(lake, c0, 4, {"all": 2.5, "refined.python_stdlib": 2.6})
-    best_eval = evaluate(lake, c1, 4, {"all": 2.1, "refined.python_stdlib": 2.2})  # c2: pending
+    run_rows.checkpoint(lake, c0, 4, 3.0)
+    run_rows.checkpoint(lake, c1, 4, 2.5)
+    run_rows.evaluate(lake, c0, 4, {"all": 2.5, "refined.python_stdlib": 2.6})
+    best_eval = run_rows.evaluate(lake, c1, 4, {"all": 2.1, "refined.python_stdlib": 2.2})  # c2: pending
 
     result = materialize([sweep_results], partition_key="smoke_lr", resources=resources(tmp_path, sweeps),
                          instance=DagsterInstance.ephemeral())
@@ -159,7 +136,7 @@ def test_sweep_results_ranks_plots_and_writes_the_partitions_sweep(lake, tmp_pat
 
 
 # -- automix --------------------------------------------------------------------------------------
-def test_automix_registers_a_mix_version_whose_lineage_reaches_every_proxy(build_training_lake, tmp_path):
+def test_automix_registers_a_mix_version_whose_lineage_reaches_every_proxy(build_training_lake, tmp_path, run_rows):
     home = tmp_path / "home"
     lake = build_training_lake(home)
     sweeps = sweeps_dir(tmp_path / "sweeps", automix=AUTOMIX)
@@ -168,8 +145,8 @@ def test_automix_registers_a_mix_version_whose_lineage_reaches_every_proxy(build
     proxy_ids = set()
     for cell in expand(sweep):
         w = np.array([cell.params["mix_weights"][t] for t in tables])
-        proxy_ids |= {checkpoint(lake, cell.run, 4, 3.0),
-                      evaluate(lake, cell.run, 4, {"all": true_loss(w), tables[0]: true_loss(w) + 0.1})}
+        proxy_ids |= {run_rows.checkpoint(lake, cell.run, 4, 3.0),
+                      run_rows.evaluate(lake, cell.run, 4, {"all": true_loss(w), tables[0]: true_loss(w) + 0.1})}
     assert len(proxy_ids) == 16
 
     result = run_automix(home, sweeps, "automix", "automix_test")

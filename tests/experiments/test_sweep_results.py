@@ -1,22 +1,18 @@
 """`sweeps.results` (factory/experiments/results.py): collecting a sweep's cells with their final
 eval scores, ranking them, replacing the sweep's rows, the lineage row, reading the ranking back
 and the PNG plots. Runs on CPU in a few seconds: no model is trained — checkpoint and eval rows are
-written with the project's own writers (`record_checkpoint`, `write_results`) into a real embedded
+written with the project's own writers (the `run_rows` fixture) into a real embedded
 lake (`lake` fixture: sqlite catalog under tmp_path), since collecting only reads those tables.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-from pathlib import Path
-
 import pytest
 
 from configs.experiments.smoke import smoke
-from factory.evals.results import eval_id_of, write_results
+from factory.evals.results import eval_id_of
 from factory.experiments.results import RESULTS_TABLE, collect, plot, ranked, write_sweep_results
 from factory.experiments.sweep import Dirichlet, SweepConfig, expand
-from factory.train.checkpoint import CheckpointRef, record_checkpoint
 from factory.train.config import CheckpointConfig
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -37,39 +33,19 @@ def mix_sweep() -> SweepConfig:
                        params={"mix_weights": Dirichlet(tables=TABLES)})
 
 
-def checkpoint(lake, run: str, step: int, loss: float) -> str:
-    ref = CheckpointRef(run=run, step=step, path=Path(f"/nonexistent/{run}/step-{step:08d}.pt"), sha256="0" * 64,
-                        bytes=1, tokens=step * 4096, loss=loss, created_at=dt.datetime.now(dt.timezone.utc))
-    record_checkpoint(lake, ref, experiment=run, mix_version="mix/default@v1", config_hash="test", eval_every=4,
-                      upstream=[])
-    return ref.checkpoint_id
-
-
-def evaluate(lake, run: str, step: int, scores: dict[str, float], suite: str = "heldout") -> str:
-    ckpt = f"ckpt/{run}@{step}"
-    eval_id = eval_id_of(ckpt, suite)
-    now = dt.datetime.now(dt.timezone.utc)
-    rows = [{"eval_id": eval_id, "checkpoint_id": ckpt, "export_id": f"export/{run}@{step}", "run": run, "step": step,
-             "tokens": step * 4096, "suite": suite, "task": "bpb", "metric": metric, "value": value, "n": 10,
-             "stderr": None if metric == "all" else 0.01, "engine": "transformers", "config_hash": "test",
-             "created_at": now} for metric, value in scores.items()]
-    write_results(lake, eval_id=eval_id, rows=rows, samples=[], upstream=[ckpt], config={}, config_hash="test")
-    return eval_id
-
-
 @pytest.fixture
-def grid(lake):
+def grid(lake, run_rows):
     """Cell 0 evaluated twice (a better score at step 2 that its final step 4 supersedes), cell 1
     evaluated once and best, cell 2 only trained."""
     sweep = lr_sweep()
     c0, c1, c2 = (c.run for c in expand(sweep))
-    checkpoint(lake, c0, 2, 4.0)
-    checkpoint(lake, c0, 4, 3.0)
-    checkpoint(lake, c1, 4, 2.5)
-    checkpoint(lake, c2, 4, 2.9)
-    evaluate(lake, c0, 2, {"all": 1.0, "refined.python_stdlib": 1.1})
-    ids = [evaluate(lake, c0, 4, {"all": 2.5, "refined.python_stdlib": 2.6}),
-           evaluate(lake, c1, 4, {"all": 2.1, "refined.python_stdlib": 2.2})]
+    run_rows.checkpoint(lake, c0, 2, 4.0)
+    run_rows.checkpoint(lake, c0, 4, 3.0)
+    run_rows.checkpoint(lake, c1, 4, 2.5)
+    run_rows.checkpoint(lake, c2, 4, 2.9)
+    run_rows.evaluate(lake, c0, 2, {"all": 1.0, "refined.python_stdlib": 1.1})
+    ids = [run_rows.evaluate(lake, c0, 4, {"all": 2.5, "refined.python_stdlib": 2.6}),
+           run_rows.evaluate(lake, c1, 4, {"all": 2.1, "refined.python_stdlib": 2.2})]
     return sweep, (c0, c1, c2), ids
 
 
@@ -87,7 +63,7 @@ def test_collect_rows_one_per_cell_and_metric_at_the_final_step(lake, grid):
     assert {r["rank"] for r in rows if r["run"] == c1} == {1} and all(r["ranked_by"] == "bpb/all" for r in rows)
 
 
-def test_write_ranks_replaces_rows_and_records_lineage(lake, grid):
+def test_write_ranks_replaces_rows_and_records_lineage(lake, grid, run_rows):
     sweep, (c0, c1, c2), eval_ids = grid
     report = write_sweep_results(lake, sweep, run_id="r1")
     assert [(e["run"], e["value"], e["status"]) for e in report.ranking] == [
@@ -108,7 +84,7 @@ def test_write_ranks_replaces_rows_and_records_lineage(lake, grid):
     assert eval_id_of(f"ckpt/{c0}@2", "heldout") not in record.upstream  # superseded by step 4
 
     other = write_sweep_results(lake, mix_sweep())  # another sweep's rows must survive a rewrite
-    evaluate(lake, c2, 4, {"all": 1.9, "refined.python_stdlib": 2.0})
+    run_rows.evaluate(lake, c2, 4, {"all": 1.9, "refined.python_stdlib": 2.0})
     again = write_sweep_results(lake, sweep)
     assert again.snapshot_id not in (report.snapshot_id, other.snapshot_id)
     rows = lake.table(RESULTS_TABLE).scan().to_arrow().to_pylist()
@@ -122,7 +98,7 @@ def test_write_ranks_replaces_rows_and_records_lineage(lake, grid):
     assert [e["status"] for e in ranked(lake, "mixtest")] == ["pending"] * 4
 
 
-def test_plot_one_param_two_params_and_mix_weights(lake, grid, tmp_path):
+def test_plot_one_param_two_params_and_mix_weights(lake, grid, tmp_path, run_rows):
     sweep, runs, _ = grid
     report = write_sweep_results(lake, sweep)
     one = plot(report, sweep, tmp_path / "plots" / "lr.png")
@@ -130,7 +106,7 @@ def test_plot_one_param_two_params_and_mix_weights(lake, grid, tmp_path):
 
     two = lr_sweep("lrbatch", **{"optimizer.lr": [1e-3, 3e-3], "global_batch": [8, 16]})
     for i, cell in enumerate(expand(two)):  # evals without checkpoint rows: train_loss stays null
-        evaluate(lake, cell.run, 4, {"all": 2.0 + i / 10})
+        run_rows.evaluate(lake, cell.run, 4, {"all": 2.0 + i / 10})
     rows = collect(lake, two)
     assert [r["status"] for r in rows] == ["evaluated"] * 4 and all(r["train_loss"] is None for r in rows)
     path = plot(rows, two, tmp_path / "grid.png")  # rows work as well as a report
@@ -140,8 +116,8 @@ def test_plot_one_param_two_params_and_mix_weights(lake, grid, tmp_path):
     cells = expand(mix)
     assert all(set(c.params["mix_weights"]) == set(TABLES) for c in cells)
     for i, cell in enumerate(cells[:3]):  # the fourth stays pending
-        checkpoint(lake, cell.run, 4, 3.0)
-        evaluate(lake, cell.run, 4, {"all": 2.0 + i / 10})
+        run_rows.checkpoint(lake, cell.run, 4, 3.0)
+        run_rows.evaluate(lake, cell.run, 4, {"all": 2.0 + i / 10})
     mixed = write_sweep_results(lake, mix)
     assert mixed.counts == {"evaluated": 3, "trained": 0, "pending": 1}
     assert "mix_weights={package_docs: " in mixed.table  # params_json sorts keys
