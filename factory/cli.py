@@ -47,13 +47,26 @@ from factory.home import factory_home
 NULL = "∅"
 
 
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        # rich exits 1 here; let main() treat it like any other write to a closed pipe.
+        raise BrokenPipeError
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # Not a terminal (a pipe, a log, a test): no colour, and wide enough that ids are not wrapped.
     wide = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 200
-    out = Console(file=sys.stdout, width=wide, highlight=False)
+    out = _Console(file=sys.stdout, width=wide, highlight=False)
     try:
-        return args.run(args, out)
+        code = args.run(args, out)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        # The reader stopped reading (`factory lineage X | head`): that is its choice, not our failure.
+        # Point stdout at /dev/null so the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception as exc:
         if not _user_error(exc):
             raise

@@ -251,3 +251,43 @@ def test_console_script_in_a_subprocess(lake_home):
     assert done.stdout.splitlines() == ["n", "7"]
     done = subprocess.run([*command, "lineage", "raw.missing"], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 1 and "raw.missing" in done.stderr
+
+
+def test_a_reader_that_stops_early_is_not_a_failure(lake_home):
+    """`factory lineage X | head -1` under `set -o pipefail` (as .ci/smoke_graph runs): exit 0, no traceback."""
+    script = Path(sys.executable).parent / "factory"
+    command = str(script) if script.exists() else f"{sys.executable} -m factory.cli"
+    env = {**os.environ, "FACTORY_HOME": lake_home["home"], "COLUMNS": "60"}
+    env.pop("FACTORY_CATALOG_URI", None)
+    # Enough output to outlast the pipe buffer, so the write after `head` has gone really fails.
+    query = "select * from range(200000)"
+    done = subprocess.run(["bash", "-c", f"set -o pipefail; {command} sql '{query}' --format csv | head -1"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["range"]
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr
+
+
+class _ClosedPipe:
+    """A stdout whose reader has gone: every write fails the way a closed pipe does."""
+
+    def __init__(self, path: Path):
+        self._file = open(path, "w")
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def flush(self) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def fileno(self) -> int:
+        return self._file.fileno()
+
+    def isatty(self) -> bool:
+        return False
+
+
+def test_rich_output_into_a_closed_pipe_exits_zero(lake_home, tmp_path, monkeypatch):
+    """rich's own broken-pipe handler exits 1; the CLI's console stops quietly with 0 instead."""
+    monkeypatch.setattr(sys, "stdout", _ClosedPipe(tmp_path / "stdout"))
+    assert cli.main(["--home", lake_home["home"], "lineage", "refined.tiny"]) == 0
