@@ -38,6 +38,8 @@ from jobs import train_job
 from resources.experiments import ExperimentsResource
 from resources.lake import LakeResource
 
+NIGHTLY = "0 4 * * *"  # sweeps without a cron of their own: nightly, once started
+
 
 def _request(r) -> RunRequest:
     return RunRequest(run_key=r.config_hash, partition_key=r.run, run_config=r.run_config, tags=r.tags)
@@ -60,9 +62,10 @@ def experiment_sensor(context: SensorEvaluationContext, lake: LakeResource, expe
     )
 
 
-def _has_run(instance, config_hash: str) -> bool:
-    runs = instance.get_runs(RunsFilter(tags={"factory/config_hash": config_hash}))
-    return any(r.status.value not in RERUNNABLE for r in runs)
+def _live_hashes(instance, hashes: list[str]) -> set[str]:
+    """The config hashes among `hashes` that have a queued, running or successful run (one query)."""
+    runs = instance.get_runs(RunsFilter(tags={"factory/config_hash": hashes}))
+    return {r.tags["factory/config_hash"] for r in runs if r.status.value not in RERUNNABLE}
 
 
 def sweep_schedule(sweep: SweepConfig, cron: str | None = None) -> ScheduleDefinition:
@@ -78,7 +81,9 @@ def sweep_schedule(sweep: SweepConfig, cron: str | None = None) -> ScheduleDefin
         except ValueError:
             current = sweep  # defined in code, not in a file
         # a schedule's run keys only dedupe within one tick: skip cells that already have a live run
-        runs = [r for r in sweep_runs(lake.lake(), current) if not _has_run(context.instance, r.config_hash)]
+        cells = sweep_runs(lake.lake(), current)
+        live = _live_hashes(context.instance, [r.config_hash for r in cells])
+        runs = [r for r in cells if r.config_hash not in live]
         if not runs:
             return SkipReason(f"every cell of {name} already has a run (unchanged cells are not rerun)")
         context.instance.add_dynamic_partitions(training_runs.name, [r.run for r in runs])
@@ -86,6 +91,3 @@ def sweep_schedule(sweep: SweepConfig, cron: str | None = None) -> ScheduleDefin
         return [_request(r) for r in runs]
 
     return launch
-
-
-NIGHTLY = "0 4 * * *"  # sweeps without a cron of their own: nightly, once started
