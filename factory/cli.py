@@ -12,6 +12,8 @@
     factory eval smoke@120 [--suite quick]  # export, check and evaluate a checkpoint
     factory evals [--run smoke]             # every eval score, one row per checkpoint
     factory serve export/smoke@120          # vLLM's OpenAI-compatible server on loopback
+    factory experiment submit smoke         # queue an experiment's run in Dagster (unchanged: skipped)
+    factory sweep launch smoke_lr           # queue one tagged run per cell of a sweep
 
 `--home PATH` (before or after the command) picks the factory's state directory, else
 $FACTORY_HOME, else `<checkout>/.factory`. The catalog is the embedded one unless
@@ -19,7 +21,9 @@ FACTORY_CATALOG_URI / FACTORY_WAREHOUSE say otherwise (read when a command runs,
 import). Output is rich tables for people; `--json` / `--format` give machine-readable output.
 Every failure a user can cause (bad SQL, an unknown table or ref, a missing source) exits 1 with
 one message naming it, on stderr. The lake and data modules are imported inside the commands so
-that `factory doctor` still runs, and says why, when one of their dependencies is broken.
+that `factory doctor` still runs, and says why, when one of their dependencies is broken; the
+commands of each area live beside it (`factory/{lake,mix,evals,experiments}/commands.py`) and are
+imported only when they run.
 """
 
 from __future__ import annotations
@@ -28,7 +32,6 @@ import argparse
 import json
 import os
 import sys
-from typing import Any
 
 from rich.console import Console
 from rich.progress import (
@@ -40,7 +43,6 @@ from rich.progress import (
 )
 from rich.table import Table as RichTable
 from rich.text import Text
-from rich.tree import Tree
 
 from factory.home import factory_home
 
@@ -102,16 +104,16 @@ def build_parser() -> argparse.ArgumentParser:
     sql.add_argument("query")
     sql.add_argument("--format", choices=["table", "csv", "json"], default="table")
     sql.add_argument("--max-rows", type=int, default=100, help="rows shown by --format table (default 100)")
-    sql.set_defaults(run=cmd_sql)
+    sql.set_defaults(run=_lazy("factory.lake.commands", "sql"))
 
     lineage = commands.add_parser("lineage", parents=[home], help="where a version came from and what used it")
     lineage.add_argument("ref", help="table name, version id (table@snapshot), artifact URI or content-hash prefix")
     lineage.add_argument("--json", action="store_true", help="a JSON list, one report per version the ref resolves to")
-    lineage.set_defaults(run=cmd_lineage)
+    lineage.set_defaults(run=_lazy("factory.lake.commands", "lineage"))
 
     tables = commands.add_parser("tables", parents=[home], help="every table: rows, bytes, snapshot, asset key")
     tables.add_argument("--json", action="store_true")
-    tables.set_defaults(run=cmd_tables)
+    tables.set_defaults(run=_lazy("factory.lake.commands", "tables"))
 
     ingest = commands.add_parser("ingest", parents=[home], help="ingest embedded sources into raw.* (no Dagster)")
     ingest.add_argument("sources", nargs="*", metavar="SOURCE", help="embedded sources (default: all)")
@@ -235,229 +237,6 @@ def catalog_config():
     uri, warehouse = os.environ.get("FACTORY_CATALOG_URI"), os.environ.get("FACTORY_WAREHOUSE")
     kind = "rest" if uri and uri.startswith(("http://", "https://")) else "sql"
     return CatalogConfig(kind=kind, uri=uri or None, warehouse=warehouse or None)
-
-
-# -- sql --------------------------------------------------------------------------------------
-def cmd_sql(args: argparse.Namespace, out: Console) -> int:
-    from factory.lake.sql import query
-
-    result = query(open_lake(args), args.query)
-    rows = result.to_pylist()
-    if args.format == "json":
-        print(json.dumps(rows, default=str, ensure_ascii=False))
-    elif args.format == "csv":
-        import csv
-
-        writer = csv.writer(sys.stdout, lineterminator="\n")
-        writer.writerow(result.column_names)
-        writer.writerows([[_csv_cell(v) for v in row.values()] for row in rows])
-    else:
-        table = RichTable(*result.column_names, caption=_rows_caption(len(rows), args.max_rows))
-        for row in rows[: args.max_rows]:
-            table.add_row(*(_cell(v) for v in row.values()))
-        out.print(table)
-    return 0
-
-
-def _rows_caption(n: int, shown: int) -> str:
-    more = f", first {shown} shown (--max-rows, or --format csv for all)" if n > shown else ""
-    return f"{n} row{'s' if n != 1 else ''}{more}"
-
-
-def _cell(value: Any, width: int = 80) -> str:
-    text = (NULL if value is None else _json_or_str(value)).replace("\n", "⏎")
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _csv_cell(value: Any) -> Any:
-    return _json_or_str(value) if isinstance(value, (list, dict)) else value
-
-
-# -- lineage ----------------------------------------------------------------------------------
-def cmd_lineage(args: argparse.Namespace, out: Console) -> int:
-    reports = describe(open_lake(args), args.ref)
-    if args.json:
-        print(json.dumps(reports, default=str, indent=2))
-        return 0
-    for report in reports:
-        render_lineage(report, out)
-    return 0
-
-
-def describe(lake, ref: str) -> list[dict[str, Any]]:
-    """Everything `factory lineage` shows about the versions `ref` resolves to, as plain data."""
-    records = lake.lineage.resolve(ref)
-    recorded = bool(records)
-    reports = []
-    for record in records or [_unrecorded_snapshot(lake, ref)]:
-        tree = lake.lineage.upstream_of(record.version_id)
-        reports.append({
-            "recorded": recorded,
-            "version": {**record.model_dump(mode="json", exclude={"config_json", "metadata_json"}),
-                        "config": record.config, "metadata": record.metadata},
-            "upstream": [_tree(child) for child in tree["upstream"]],
-            "downstream": [_brief(r) for r in lake.lineage.downstream_of(record.version_id)],
-            **_snapshots(lake, record),
-        })
-    return reports
-
-
-def _unrecorded_snapshot(lake, ref: str):
-    """A table snapshot without a lineage row (e.g. `factory.lineage` itself, or a commit whose
-    row was never written): still explained by its own summary properties."""
-    from factory.lake import LakeError, LineageRecord
-    from factory.lake.commit import stamp_of
-
-    name, _, snap = ref.partition("@")
-    table = lake.table(name) if lake.has_table(name) else None
-    snapshot = None
-    if table is not None and (snap.isdigit() or not snap):
-        snapshot = table.snapshot_by_id(int(snap)) if snap else table.current_snapshot()
-    if snapshot is None:
-        known = ", ".join(lake.tables()) or "none yet"
-        raise LakeError(f"unknown ref {ref}: no table, artifact name, version id, URI or content-hash prefix "
-                        f"(8+ chars) matches it (tables in the lake: {known})")
-    stamp = stamp_of(table, snapshot.snapshot_id)
-    upstream = json.loads(stamp.get("upstream-snapshots") or "{}")
-    return LineageRecord(
-        version_id=f"{name}@{snapshot.snapshot_id}", kind="table_snapshot", name=name,
-        uri=table.location(), content_hash=stamp.get("content-hash") or None,
-        upstream=[f"{t}@{s}" for t, s in sorted(upstream.items())], config_hash=stamp.get("config-hash", ""),
-        code_version=stamp.get("code-version", ""), env_lock=stamp.get("env-lock", ""),
-        asset_key=stamp.get("asset-key", ""), partition=stamp.get("partition", ""), run_id=stamp.get("run-id", ""),
-        snapshot_id=snapshot.snapshot_id,
-        created_at=_time(snapshot.timestamp_ms),
-    )
-
-
-def _snapshots(lake, record) -> dict[str, Any]:
-    """The Iceberg side of a table snapshot: its summary and the table's snapshot history."""
-    if record.kind != "table_snapshot" or record.snapshot_id is None or not lake.has_table(record.name):
-        return {"snapshot": None, "history": []}
-    table = lake.table(record.name)
-    snapshot = table.snapshot_by_id(record.snapshot_id)
-    current = table.current_snapshot()
-    history = [
-        {"snapshot_id": s.snapshot_id, "time": _time(s.timestamp_ms).isoformat(timespec="seconds"),
-         "operation": s.summary.operation.value if s.summary else "",
-         "rows": int(s.summary.additional_properties.get("total-records", 0)) if s.summary else None,
-         "current": current is not None and s.snapshot_id == current.snapshot_id}
-        for s in reversed(table.metadata.snapshots)  # commit order; an overwrite's two share a millisecond
-    ]
-    if snapshot is None:
-        return {"snapshot": {"expired": True}, "history": history}
-    summary = snapshot.summary
-    return {
-        "snapshot": {"operation": summary.operation.value if summary else "",
-                     "time": _time(snapshot.timestamp_ms).isoformat(timespec="seconds"),
-                     "summary": dict(summary.additional_properties) if summary else {}},
-        "history": history,
-    }
-
-
-def _tree(node: dict[str, Any]) -> dict[str, Any]:
-    record = node["record"]
-    return {"version_id": node["version_id"], **(_brief(record) if record else {"kind": "unrecorded"}),
-            "upstream": [_tree(child) for child in node["upstream"]]}
-
-
-def _brief(record) -> dict[str, Any]:
-    return {"version_id": record.version_id, "kind": record.kind, "name": record.name,
-            "created_at": record.created_at.isoformat(timespec="seconds")}
-
-
-def _time(ms: int):
-    import datetime as dt
-
-    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc)
-
-
-def render_lineage(report: dict[str, Any], out: Console) -> None:
-    v = report["version"]
-    out.rule(f"{v['version_id']}", style="bold")
-    if not report["recorded"]:
-        out.print("(no row in factory.lineage: shown from the snapshot's own summary properties)")
-    for label, key in LINEAGE_FIELDS:
-        value = v[key] if v[key] not in ("", None) else None
-        out.print(Text(f"{label:<15} {NULL if value is None else _json_or_str(value)}"))
-    snapshot = report["snapshot"]
-    if snapshot and snapshot.get("expired"):
-        out.print("\nIceberg snapshot: expired (no longer in the table's metadata)")
-    elif snapshot:
-        out.print(Text(f"\nIceberg snapshot summary ({snapshot['operation']}, {snapshot['time']}):"))
-        for key, value in sorted(snapshot["summary"].items()):
-            out.print(Text(f"  {key:<28} {value}"))
-    if report["history"]:
-        out.print("\nsnapshots of the table (newest first):")
-        for h in report["history"][:10]:
-            mark = "  <- current" if h["current"] else ""
-            out.print(Text(f"  {h['snapshot_id']:>19}  {h['time']}  {h['operation']:<9} {h['rows']} rows{mark}"))
-        if len(report["history"]) > 10:
-            out.print(f"  ... {len(report['history']) - 10} older")
-    tree = Tree(Text(f"upstream of {v['version_id']}"))
-    _grow(tree, report["upstream"])
-    if not report["upstream"]:
-        tree.add("(none recorded: read from outside the lake)")
-    out.print()
-    out.print(tree)
-    out.print("downstream users:" if report["downstream"] else "downstream users: (none yet)")
-    for d in report["downstream"]:
-        out.print(Text(f"  {d['version_id']}  {d['kind']}  {d['created_at']}"))
-
-
-LINEAGE_FIELDS = [
-    ("kind", "kind"), ("name", "name"), ("snapshot id", "snapshot_id"), ("asset key", "asset_key"),
-    ("partition", "partition"), ("dagster run id", "run_id"), ("code version", "code_version"),
-    ("env lock", "env_lock"), ("config hash", "config_hash"), ("content hash", "content_hash"),
-    ("uri", "uri"), ("created at", "created_at"), ("metadata", "metadata"), ("config", "config"),
-]
-
-
-def _json_or_str(value: Any) -> str:
-    return json.dumps(value, default=str) if isinstance(value, (list, dict)) else str(value)
-
-
-def _grow(tree, nodes: list[dict[str, Any]], shown: set[str] | None = None) -> None:
-    """Add `nodes` and their upstream; a version already drawn (lineage is a DAG: checkpoints share
-    a mix, tables share a tokenizer) is drawn once more without its subtree."""
-    shown = set() if shown is None else shown
-    for node in nodes:
-        label = f"{node['version_id']}  {node['kind']}  {node.get('created_at', '')}".rstrip()
-        if node["version_id"] in shown and node["upstream"]:
-            tree.add(Text(f"{label}  (upstream shown above)"))
-            continue
-        shown.add(node["version_id"])
-        _grow(tree.add(Text(label)), node["upstream"], shown)
-
-
-# -- tables -----------------------------------------------------------------------------------
-def cmd_tables(args: argparse.Namespace, out: Console) -> int:
-    from factory.lake.commit import stamp_of
-
-    lake = open_lake(args)
-    rows = []
-    for name in lake.tables():
-        table = lake.table(name)
-        snapshot = table.current_snapshot()
-        summary = snapshot.summary.additional_properties if snapshot and snapshot.summary else {}
-        rows.append({
-            "table": name,
-            "rows": int(summary.get("total-records", 0)),
-            "bytes": int(summary.get("total-files-size", 0)),
-            "snapshot_id": snapshot.snapshot_id if snapshot else None,
-            "snapshots": len(table.metadata.snapshots),
-            "asset_key": stamp_of(table).get("asset-key", ""),
-        })
-    if args.json:
-        print(json.dumps(rows))
-        return 0
-    table = RichTable("table", "rows", "data", "snapshot", "snapshots", "asset key",
-                      caption=f"{len(rows)} tables in {lake.home}")
-    for r in rows:
-        table.add_row(r["table"], f"{r['rows']:,}", human_bytes(r["bytes"]), str(r["snapshot_id"] or NULL),
-                      str(r["snapshots"]), r["asset_key"] or NULL)
-    out.print(table)
-    return 0
 
 
 # -- drops ------------------------------------------------------------------------------------
