@@ -63,10 +63,11 @@ def _read(lake: Lake, table: str, runs: set[str]) -> tuple[list[dict], int | Non
     """`runs`' rows of `table` at its current snapshot (pinned, so both reads name what they saw)."""
     if not lake.has_table(table):
         return [], None
-    snapshot = lake.table(table).current_snapshot()
+    iceberg = lake.table(table)
+    snapshot = iceberg.current_snapshot()
     if snapshot is None:
         return [], None
-    scan = lake.table(table).scan(row_filter=In("run", runs), snapshot_id=snapshot.snapshot_id)
+    scan = iceberg.scan(row_filter=In("run", runs), snapshot_id=snapshot.snapshot_id)
     return scan.to_arrow().to_pylist(), snapshot.snapshot_id
 
 
@@ -229,6 +230,7 @@ def _plot_params(fig, sweep: SweepConfig, points: list[dict]) -> None:
     for p in points:
         label = ", ".join(f"{r}={_fmt(p['params'][r])}" for r in rest) if sweep.search == "grid" else ""
         groups.setdefault(label, []).append(p)
+
     def order(value: Any) -> tuple:  # numbers by value (8 before 16), the rest by text
         return (0, value, "") if _is_number(value) else (1, 0, _fmt(value))
 
