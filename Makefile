@@ -20,10 +20,10 @@ export PYTHONUNBUFFERED := 1
 setup: system $(VENV)/.installed $(DAGSTER_HOME)/dagster.yaml
 
 system:
-	@if ! command -v java >/dev/null || ! command -v bwrap >/dev/null; then \
-	  echo "== installing a JDK and bubblewrap with apt"; \
+	@if ! command -v java >/dev/null || ! command -v bwrap >/dev/null || ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+	  echo "== installing a JDK, bubblewrap and PostgreSQL with apt"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
-	    openjdk-17-jre-headless bubblewrap >/dev/null; \
+	    openjdk-17-jre-headless bubblewrap postgresql >/dev/null; \
 	fi
 
 $(VENV)/.installed: pyproject.toml $(wildcard wheels/*.whl)

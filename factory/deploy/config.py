@@ -1,0 +1,253 @@
+"""`DeployConfig`: one validated profile that selects every engine the factory runs on.
+
+A profile (`configs/deploy/<name>.py`, or a YAML/JSON file) says, in one place, which catalog the
+lake uses (embedded sqlite, or an Iceberg REST catalog on S3-compatible storage), where Spark runs
+(`local[*]` or a master URL, and how executors reach object storage), how training is launched
+(torchrun on this node, torchrun across nodes, Kubernetes pods), how exports are served, where
+metrics go, and where Dagster keeps its runs (sqlite or Postgres). Identity (an experiment's
+hyperparameters, a mix's snapshots) never lives here: the same experiment gives the same run name
+on every profile.
+
+Secrets are never values in a profile: a `Secret` names the environment variable that holds one
+(plus an optional default, used only by the loopback profile's throwaway credentials), resolved
+when a client is built. So a profile can travel to every process the factory starts as JSON
+(`FACTORY_DEPLOY_JSON`) without carrying a credential.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+from urllib.parse import urlparse
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from factory import settings
+
+
+class DeployError(ValueError):
+    """A deployment profile is invalid or an engine it names does not answer; names the field."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Secret(_Frozen):
+    """A credential read from the environment variable `env` when a client is built."""
+
+    env: str = Field(description="Environment variable that holds the value.")
+    default: str | None = Field(None, description="Value when the variable is unset (loopback throwaways only).")
+
+    def resolve(self, field: str) -> str:
+        value = settings.secret(self.env) or self.default
+        if value is None:
+            raise DeployError(f"{field}: environment variable {self.env} is not set")
+        return value
+
+
+class S3Config(_Frozen):
+    """An S3-compatible object store (AWS, MinIO, SeaweedFS, Ceph)."""
+
+    endpoint: str | None = Field(None, description="http(s)://host:port; None = AWS's own endpoint.")
+    region: str = Field("us-east-1", description="Signing region.")
+    access_key_id: Secret | None = Field(None, description="Access key (None = the SDK's own credential chain).")
+    secret_access_key: Secret | None = None
+    path_style: bool = Field(True, description="Path-style addressing (http://host/bucket/key), as local stores need.")
+
+    def keys(self, field: str) -> tuple[str | None, str | None]:
+        return (self.access_key_id.resolve(f"{field}.access_key_id") if self.access_key_id else None,
+                self.secret_access_key.resolve(f"{field}.secret_access_key") if self.secret_access_key else None)
+
+    def pyiceberg_properties(self, field: str = "catalog.s3") -> dict[str, str]:
+        """FileIO properties for pyiceberg (its pyarrow and fsspec S3 file systems)."""
+        key, secret = self.keys(field)
+        props = {"s3.region": self.region, "s3.force-virtual-addressing": str(not self.path_style).lower()}
+        if self.endpoint:
+            props["s3.endpoint"] = self.endpoint
+        if key:
+            props["s3.access-key-id"] = key
+        if secret:
+            props["s3.secret-access-key"] = secret
+        return props
+
+    def hadoop_s3a_conf(self, field: str = "catalog.s3") -> dict[str, str]:
+        """Spark settings for Hadoop's S3A file system (the image must carry the hadoop-aws jars)."""
+        key, secret = self.keys(field)
+        conf = {"spark.hadoop.fs.s3a.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+                "spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+                "spark.hadoop.fs.s3a.path.style.access": str(self.path_style).lower(),
+                "spark.hadoop.fs.s3a.endpoint.region": self.region}
+        if self.endpoint:
+            conf["spark.hadoop.fs.s3a.endpoint"] = self.endpoint
+            conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(self.endpoint.startswith("https")).lower()
+        if key and secret:
+            conf |= {"spark.hadoop.fs.s3a.access.key": key, "spark.hadoop.fs.s3a.secret.key": secret}
+        return conf
+
+
+class CatalogProfile(_Frozen):
+    """The Iceberg catalog: embedded sqlite, or a REST catalog over object storage."""
+
+    kind: Literal["sql", "rest"] = Field("sql", description="sql = SqlCatalog (sqlite under FACTORY_HOME); rest = Iceberg REST.")
+    name: str = Field("factory", description="Catalog name (pyiceberg's logs).")
+    uri: str | None = Field(None, description="SQLAlchemy URL (sql; default sqlite under FACTORY_HOME/lake) or REST endpoint.")
+    warehouse: str | None = Field(None, description="Warehouse: file:// (sql default) or s3://bucket (rest).")
+    credential: Secret | None = Field(None, description="REST: OAuth2 client credential `id:secret`.")
+    token: Secret | None = Field(None, description="REST: a bearer token.")
+    sigv4: bool = Field(False, description="REST: sign requests with AWS SigV4.")
+    signing_name: str = Field("s3tables", description="REST + SigV4: the service name signed for.")
+    s3: S3Config | None = Field(None, description="Object store of the warehouse's data files.")
+    properties: dict[str, str] = Field(default_factory=dict, description="Extra pyiceberg catalog/FileIO properties.")
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.kind == "rest":
+            if not self.uri:
+                raise ValueError("kind='rest' needs `uri` (the REST endpoint, http://host:port)")
+            if urlparse(self.uri).scheme not in ("http", "https"):
+                raise ValueError(f"uri {self.uri!r} of a REST catalog must be http:// or https://")
+        elif self.credential or self.token or self.sigv4:
+            raise ValueError("credential, token and sigv4 are REST catalog settings; kind is 'sql'")
+        if self.warehouse and self.warehouse.startswith("s3") and self.s3 is None:
+            raise ValueError(f"warehouse {self.warehouse!r} is on S3: give `s3` (endpoint, region, keys)")
+        return self
+
+    @property
+    def on_object_store(self) -> bool:
+        return self.s3 is not None
+
+    def properties_resolved(self) -> dict[str, str]:
+        """Catalog properties with secrets resolved (never logged or stored)."""
+        props: dict[str, str] = {}
+        if self.credential:
+            props["credential"] = self.credential.resolve("catalog.credential")
+        if self.token:
+            props["token"] = self.token.resolve("catalog.token")
+        if self.sigv4:
+            props |= {"rest.sigv4-enabled": "true", "rest.signing-name": self.signing_name,
+                      "rest.signing-region": self.s3.region if self.s3 else "us-east-1"}
+        if self.s3:
+            props |= self.s3.pyiceberg_properties()
+        return props | self.properties
+
+
+SPARK_MASTER = re.compile(r"^(local(\[(\*|\d+)(,\d+)?\])?|spark://[^/:]+:\d+(,[^/:]+:\d+)*|k8s://.+|yarn)$")
+
+
+class SparkProfile(_Frozen):
+    """Where Spark runs and how its executors reach the lake's data files."""
+
+    master: str = Field("local[*]", description="local[*], spark://host:port, k8s://https://host:port or yarn.")
+    conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark settings (spark.executor.memory, ...).")
+    object_store: Literal["arrow", "s3a"] = Field(
+        "arrow", description="How executors read/write s3:// data files: arrow = pyarrow's S3 file system inside "
+                             "Python tasks (works wherever pyarrow does); s3a = Hadoop's S3A (needs hadoop-aws jars).")
+    python: str | None = Field(None, description="Executors' Python interpreter; None = the driver's (same image/venv).")
+    driver_host: str | None = Field(None, description="Address executors reach the driver at; None = 127.0.0.1 for "
+                                                      "local or loopback masters, else Spark's own choice.")
+
+    @field_validator("master")
+    @classmethod
+    def _master(cls, value: str) -> str:
+        if not SPARK_MASTER.match(value):
+            raise ValueError(f"{value!r} is not local[*], spark://host:port, k8s://... or yarn")
+        return value
+
+    @property
+    def local(self) -> bool:
+        return self.master.startswith("local")
+
+    @property
+    def loopback(self) -> bool:
+        """A local master, or a standalone master on this machine's loopback."""
+        return self.local or bool(re.match(r"^spark://(127\.\d+\.\d+\.\d+|localhost):", self.master))
+
+
+class TrainingProfile(_Frozen):
+    """How training processes are started."""
+
+    launcher: Literal["local", "multinode", "kubernetes"] = Field(
+        "local", description="local = torchrun --standalone on this node; multinode = one torchrun agent per node "
+                             "meeting at a c10d rendezvous; kubernetes = PipesK8sClient pods.")
+    rdzv_endpoint: str | None = Field(None, description="multinode: host:port of the c10d rendezvous (node 0).")
+    rdzv_id: str | None = Field(None, description="multinode: rendezvous id; None = the run name.")
+    node_rank: int | None = Field(None, ge=0, description="This node's rank; None = the scheduler's "
+                                                          "(NODE_RANK, JOB_COMPLETION_INDEX, SLURM_NODEID) or 0.")
+    namespace: str = Field("factory", description="kubernetes: namespace of the training pods.")
+    image: str | None = Field(None, description="kubernetes: the factory image the pods run.")
+
+    @model_validator(mode="after")
+    def _rendezvous(self):
+        if self.launcher == "multinode":
+            if not self.rdzv_endpoint or not re.match(r"^[^:\s]+:\d+$", self.rdzv_endpoint):
+                raise ValueError("launcher 'multinode' needs rdzv_endpoint as host:port")
+        return self
+
+
+class InferenceProfile(_Frozen):
+    """How exports are served to evals and synthetic-data generators."""
+
+    kind: Literal["vllm", "transformers", "openai"] = Field(
+        "vllm", description="vllm = in-process engine; transformers = reference; openai = an OpenAI-compatible "
+                            "server (`endpoint`) for generators that call an endpoint.")
+    endpoint: str | None = Field(None, description="openai: base URL, http://host:port/v1.")
+    api_key: Secret | None = Field(None, description="openai: the key, from the environment.")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Compute dtype (fp32 on CPU).")
+    kv_cache_gib: float = Field(1.0, gt=0, description="vLLM CPU KV cache, GiB.")
+    gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
+    max_num_seqs: int = Field(64, ge=1)
+
+    @model_validator(mode="after")
+    def _endpoint(self):
+        if self.kind == "openai" and not self.endpoint:
+            raise ValueError("kind 'openai' needs `endpoint` (http://host:port/v1)")
+        return self
+
+
+class TrackerProfile(_Frozen):
+    """Where training metrics go (Iceberg `train.metrics` is always in the lake of the profile)."""
+
+    backends: list[Literal["mlflow", "neptune", "iceberg"]] = Field(default_factory=lambda: ["mlflow", "iceberg"])
+    mlflow_tracking_uri: str | None = Field(None, description="MLflow server; None = sqlite under FACTORY_HOME/mlflow.")
+    neptune_project: str = Field("factory/offline")
+    neptune_mode: Literal["offline", "debug", "async", "sync"] = "offline"
+    neptune_api_token: Secret | None = None
+
+
+class PostgresConfig(_Frozen):
+    host: str = "127.0.0.1"
+    port: int = Field(5432, ge=1, le=65535)
+    user: str = "dagster"
+    password: Secret | None = None
+    db: str = "dagster"
+
+
+class DagsterProfile(_Frozen):
+    """Where the Dagster instance keeps runs, events and schedules."""
+
+    storage: Literal["sqlite", "postgres"] = Field("sqlite", description="sqlite under DAGSTER_HOME, or Postgres.")
+    postgres: PostgresConfig | None = None
+
+    @model_validator(mode="after")
+    def _postgres(self):
+        if self.storage == "postgres" and self.postgres is None:
+            raise ValueError("storage 'postgres' needs `postgres` (host, port, user, password, db)")
+        return self
+
+
+class DeployConfig(_Frozen):
+    """Every engine the factory runs on, chosen in one place (see the module docstring)."""
+
+    name: str = Field(description="Profile name, as in configs/deploy.")
+    description: str = ""
+    catalog: CatalogProfile = Field(default_factory=CatalogProfile)
+    spark: SparkProfile = Field(default_factory=SparkProfile)
+    training: TrainingProfile = Field(default_factory=TrainingProfile)
+    inference: InferenceProfile = Field(default_factory=InferenceProfile)
+    tracker: TrackerProfile = Field(default_factory=TrackerProfile)
+    dagster: DagsterProfile = Field(default_factory=DagsterProfile)
+
+    def derive(self, **changes) -> "DeployConfig":
+        """A variant: this profile with top-level sections replaced (validated again)."""
+        return DeployConfig.model_validate({**self.model_dump(), **changes})

@@ -1,0 +1,105 @@
+"""The one place the factory reads its settings from the environment.
+
+Every environment variable the factory honours is named here, read when a function asks (never at
+import time, so `definitions.py` loads with no environment set and a test can change a variable
+between two calls), and documented in one table. Other modules call these functions instead of
+`os.environ`; a test enforces it. Variables owned by other programs (torchrun's `RANK` /
+`WORLD_SIZE`, a scheduler's node index, Neptune's own names) are read here too when the factory
+needs them, so one grep finds everything a deployment can set.
+
+| variable | meaning |
+|---|---|
+| `FACTORY_HOME` | state directory (default `.factory` in the checkout) |
+| `FACTORY_DEPLOY` | deployment profile: a name in `configs/deploy`, or a `.yaml`/`.json` file (default `embedded`) |
+| `FACTORY_DEPLOY_JSON` | a resolved profile as JSON: how the factory hands its profile to processes it starts |
+| `FACTORY_EXPERIMENTS_DIR` | where the experiment sensor reads experiment files |
+| `FACTORY_CODE_VERSION` | code version to stamp instead of the git SHA (images without `.git`) |
+| `FACTORY_FAULTS` | JSON fault injections for tests (`{"crash_at_step": 5}`) |
+| `FACTORY_TRACKER_BACKENDS`, `FACTORY_MLFLOW_TRACKING_URI` | a training process's tracker overrides |
+| `NEPTUNE_PROJECT`, `NEPTUNE_MODE`, `NEPTUNE_API_TOKEN` | Neptune's own settings |
+| `RANK`, `WORLD_SIZE`, `LOCAL_RANK` | set by torchrun for each training process |
+| `NODE_RANK`, `JOB_COMPLETION_INDEX`, `SLURM_NODEID` | a multi-node scheduler's index of this node |
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+
+HOME = "FACTORY_HOME"
+DEPLOY = "FACTORY_DEPLOY"
+DEPLOY_JSON = "FACTORY_DEPLOY_JSON"
+EXPERIMENTS_DIR = "FACTORY_EXPERIMENTS_DIR"
+CODE_VERSION = "FACTORY_CODE_VERSION"
+FAULTS = "FACTORY_FAULTS"
+TRACKER_BACKENDS = "FACTORY_TRACKER_BACKENDS"
+MLFLOW_URI = "FACTORY_MLFLOW_TRACKING_URI"
+NEPTUNE_PROJECT = "NEPTUNE_PROJECT"
+NEPTUNE_MODE = "NEPTUNE_MODE"
+NEPTUNE_TOKEN = "NEPTUNE_API_TOKEN"
+# the variables cluster schedulers set to say which node this is, in the order they are tried
+NODE_RANK_VARIABLES = ("NODE_RANK", "JOB_COMPLETION_INDEX", "SLURM_NODEID")
+
+
+def get(name: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """The variable `name`, or None when it is unset or empty."""
+    value = (os.environ if environ is None else environ).get(name)
+    return value or None
+
+
+def environment() -> dict[str, str]:
+    """A copy of this process's environment, for a child process that should inherit it."""
+    return dict(os.environ)
+
+
+def home() -> str | None:
+    return get(HOME)
+
+
+def deploy_name() -> str | None:
+    return get(DEPLOY)
+
+
+def deploy_json() -> str | None:
+    return get(DEPLOY_JSON)
+
+
+def experiments_dir() -> str | None:
+    return get(EXPERIMENTS_DIR)
+
+
+def code_version_override() -> str | None:
+    return get(CODE_VERSION)
+
+
+def faults() -> dict:
+    """Fault injections for tests; `{}` when none are set."""
+    raw = get(FAULTS)
+    if raw is None:
+        return {}
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{FAULTS} is not JSON ({e}): {raw!r}") from None
+
+
+def secret(name: str) -> str | None:
+    """A credential from the variable `name` (profiles name the variable, never the value)."""
+    return get(name)
+
+
+def distributed() -> tuple[int, int, int]:
+    """(rank, world size, local rank) as torchrun set them; (0, 1, 0) without torchrun."""
+    return int(get("RANK") or 0), int(get("WORLD_SIZE") or 1), int(get("LOCAL_RANK") or 0)
+
+
+def scheduler_node_rank() -> int | None:
+    """This node's index as a cluster scheduler set it (Kubernetes indexed jobs, Slurm), if any."""
+    for name in NODE_RANK_VARIABLES:
+        if (value := get(name)) is not None:
+            try:
+                return int(value)
+            except ValueError:
+                raise ValueError(f"{name}={value!r} is not a node index") from None
+    return None
