@@ -15,9 +15,9 @@ export SPARK_LOCAL_IP := 127.0.0.1
 export HF_HUB_OFFLINE := 1
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup system demo test ui doctor clean
+.PHONY: setup system instance demo test ui doctor clean cluster-up cluster-down
 
-setup: system $(VENV)/.installed $(DAGSTER_HOME)/dagster.yaml
+setup: system $(VENV)/.installed instance
 
 system:
 	@if ! command -v java >/dev/null || ! command -v bwrap >/dev/null || ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
@@ -33,10 +33,22 @@ $(VENV)/.installed: pyproject.toml $(wildcard wheels/*.whl)
 	$(BIN)/pip install -q --find-links wheels -e ".[$(EXTRA)]"
 	@touch $@
 
-$(DAGSTER_HOME)/dagster.yaml: configs/dagster.yaml
-	@mkdir -p $(DAGSTER_HOME) && cp $< $@
+# The Dagster instance of the deployment profile (FACTORY_DEPLOY, default embedded): the run queue
+# of configs/dagster.yaml plus the profile's storage (sqlite, or Postgres with the password by env name).
+instance: $(VENV)/.installed
+	@$(BIN)/factory deploy instance --dagster-home $(DAGSTER_HOME) >/dev/null
+
+# The loopback cluster of a profile (default `loopback`: SeaweedFS S3 + Iceberg REST, a Spark
+# standalone master and two workers), PIDs under FACTORY_HOME/cluster; then FACTORY_DEPLOY=loopback make demo.
+cluster-up: setup
+	$(BIN)/factory deploy up --deploy $(or $(FACTORY_DEPLOY),loopback)
+
+cluster-down:
+	$(BIN)/factory deploy down
 
 demo: setup
+	@# a bad profile (unknown engine, unreachable catalog, wrong credentials, no Spark master) stops here
+	$(BIN)/factory deploy check
 	@# the smoke experiment's run is smoke-<hash8>: add that training_run partition (no lake needed yet;
 	@# $$(shell) does not see exported variables before make 4.4, hence the explicit environment)
 	$(eval SMOKE := $(shell FACTORY_HOME=$(FACTORY_HOME) DAGSTER_HOME=$(DAGSTER_HOME) $(BIN)/factory experiment register smoke))
@@ -74,4 +86,5 @@ doctor: setup
 	$(BIN)/factory doctor
 
 clean:
+	@test ! -x $(BIN)/factory || $(BIN)/factory deploy down >/dev/null
 	rm -rf $(FACTORY_HOME)

@@ -55,8 +55,9 @@ def checkpoint_export(context: AssetExecutionContext, lake: LakeResource,
                       inference: InferenceResource) -> MaterializeResult:
     checkpoint = find_checkpoint(lake.lake(), f"ckpt/{context.partition_key}")
     export = export_checkpoint(lake.lake(), checkpoint, run_id=context.run_id)
-    context.log.info(f"exported {export.checkpoint_id} to {export.path}; checking equivalence on {inference.kind}")
-    report = verify_export(lake.lake(), export, inference.engine_config(), checkpoint=checkpoint)
+    engine = inference.engine_config()
+    context.log.info(f"exported {export.checkpoint_id} to {export.path}; checking equivalence on {engine.kind}")
+    report = verify_export(lake.lake(), export, engine, checkpoint=checkpoint)
     context.log.info(report.summary())
     return MaterializeResult(
         metadata={"export_id": export.export_id, "path": MetadataValue.path(str(export.path)),

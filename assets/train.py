@@ -25,6 +25,7 @@ from dagster import (
 )
 
 from assets.evals import checkpoint_key, checkpoint_partitions
+from factory.deploy import profile_env
 from factory.experiments import ExperimentConfig, ExperimentError, plan_experiment
 from factory.experiments.card import render_card
 from factory.experiments.queue import resolve_run
@@ -86,11 +87,12 @@ def training_run(context, config: TrainingRunConfig, lake: LakeResource, tracker
     plan = plan_experiment(lake.lake(), config.apply(config.experiment(run)))
     card = render_card(plan)
     context.log.info(f"planned {run}: {plan.steps} steps, {plan.parameters:,} parameters, {plan.mix_version}\n\n{card}")
-    home = str(lake.lake().home)
+    home, profile = str(lake.lake().home), lake.profile()
+    # the trainer gets this run's profile explicitly: it writes to the lake this asset planned against
     completed = pipes_subprocess_client.run(
         context=context, command=launch_command(plan, home=home, run_id=context.run_id, run=run,
-                                                reporter=PIPES_REPORTER),
-        env={**tracker.env(), "FACTORY_HOME": home}, cwd=str(CHECKOUT),
+                                                reporter=PIPES_REPORTER, training=profile.training),
+        env={**tracker.env(), **profile_env(profile), "FACTORY_HOME": home}, cwd=str(CHECKOUT),
     )
     result = completed.get_materialize_result()
     # every checkpoint becomes a partition of checkpoint_export / eval_scores (the sensor adds the

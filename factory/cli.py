@@ -16,9 +16,9 @@
     factory sweep launch smoke_lr           # queue one tagged run per cell of a sweep
 
 `--home PATH` (before or after the command) picks the factory's state directory, else
-$FACTORY_HOME, else `<checkout>/.factory`. The catalog is the embedded one unless
-FACTORY_CATALOG_URI / FACTORY_WAREHOUSE say otherwise (read when a command runs, never at
-import). Output is rich tables for people; `--json` / `--format` give machine-readable output.
+$FACTORY_HOME, else `<checkout>/.factory`. `--deploy NAME` picks the deployment profile (every
+engine: catalog, Spark, launcher, ...), else $FACTORY_DEPLOY, else `embedded` (read when a command
+runs, never at import); `factory deploy check` asks each engine of a profile whether it answers. Output is rich tables for people; `--json` / `--format` give machine-readable output.
 Every failure a user can cause (bad SQL, an unknown table or ref, a missing source) exits 1 with
 one message naming it, on stderr. The lake and data modules are imported inside the commands so
 that `factory doctor` still runs, and says why, when one of their dependencies is broken; the
@@ -45,6 +45,7 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 from factory.home import factory_home
+from factory import settings
 
 NULL = "∅"
 
@@ -58,9 +59,14 @@ class _Console(Console):
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # Not a terminal (a pipe, a log, a test): no colour, and wide enough that ids are not wrapped.
-    wide = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 200
+    wide = None if sys.stdout.isatty() or settings.get("COLUMNS") else 200
     out = _Console(file=sys.stdout, width=wide, highlight=False)
     try:
+        if getattr(args, "deploy", None):
+            # processes this command starts (cells' trainers, dagster-graphql and its runs) get it too
+            from factory.deploy import profile_env
+
+            settings.export(profile_env(profile(args)))
         code = args.run(args, out)
         sys.stdout.flush()
         return code
@@ -79,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
 def _user_error(exc: Exception) -> bool:
     """Errors a user can cause get one line on stderr; anything else is a bug and keeps its traceback."""
     from factory.data.sources import SourceError
+    from factory.deploy import DeployError
     from factory.experiments import ExperimentError
     from factory.experiments.automix import AutomixError
     from factory.experiments.launcher import LaunchError
@@ -88,16 +95,19 @@ def _user_error(exc: Exception) -> bool:
     from factory.tokenize import TokenizerError
 
     return isinstance(exc, (LakeError, SourceError, MixError, TokenizerError, ExportError, ExperimentError, LaunchError,
-                            AutomixError))
+                            AutomixError, DeployError))
 
 
 def build_parser() -> argparse.ArgumentParser:
     help_home = "state directory (default: $FACTORY_HOME, else ./.factory)"
+    help_deploy = "deployment profile: a name in configs/deploy or a .yaml/.json file (default: $FACTORY_DEPLOY, else embedded)"
     parser = argparse.ArgumentParser(prog="factory", description=__doc__.split("\n\n")[0])
     parser.add_argument("--home", default=None, help=help_home)
-    # Each command accepts --home too; SUPPRESS keeps it from overwriting one given before the command.
+    parser.add_argument("--deploy", default=None, help=help_deploy)
+    # Each command accepts --home / --deploy too; SUPPRESS keeps them from overwriting ones given before it.
     home = argparse.ArgumentParser(add_help=False)
     home.add_argument("--home", default=argparse.SUPPRESS, help=help_home)
+    home.add_argument("--deploy", default=argparse.SUPPRESS, help=help_deploy)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     sql = commands.add_parser("sql", parents=[home], help="run SQL (DuckDB) over the lake's tables, as namespace.table")
@@ -167,7 +177,27 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8000)
     serve.set_defaults(run=_lazy("factory.evals.commands", "serve"))
     _experiment_commands(commands, home)
+    _deploy_commands(commands, home)
     return parser
+
+
+def _deploy_commands(commands, home) -> None:
+    module = "factory.deploy.commands"
+    deploy = commands.add_parser("deploy", parents=[home], help="deployment profiles: list, show, check, instance, up, down")
+    actions = deploy.add_subparsers(dest="deploy_command", required=True, metavar="ACTION")
+    for action, text in (("list", "every profile in configs/deploy"),
+                         ("show", "the active profile (or --deploy), secrets as the variables that hold them"),
+                         ("check", "validate the profile and ask every engine it names whether it answers"),
+                         ("instance", "write the Dagster instance YAML of the profile to $DAGSTER_HOME/dagster.yaml"),
+                         ("up", "start the loopback servers the profile names (SeaweedFS, Spark, PostgreSQL)"),
+                         ("down", "stop the servers `deploy up` started, by PID"),
+                         ("status", "which servers `deploy up` started are still running")):
+        p = actions.add_parser(action, parents=[home], help=text)
+        if action == "instance":
+            p.add_argument("--dagster-home", help="default: $DAGSTER_HOME, else FACTORY_HOME/dagster")
+        if action in ("show", "check", "status"):
+            p.add_argument("--json", action="store_true")
+        p.set_defaults(run=_lazy(module, action))
 
 
 def _experiment_commands(commands, home) -> None:
@@ -224,19 +254,17 @@ def _lazy(module: str, action: str):
     return run
 
 
+def profile(args: argparse.Namespace):
+    """The deployment profile of this command: --deploy, else $FACTORY_DEPLOY, else embedded."""
+    from factory.deploy import load_profile
+
+    return load_profile(getattr(args, "deploy", None))
+
+
 def open_lake(args: argparse.Namespace):
-    from factory.lake import Lake
+    from factory.deploy import open_lake as open_profile_lake
 
-    return Lake.open(catalog_config(), home=args.home)
-
-
-def catalog_config():
-    """The embedded catalog, unless FACTORY_CATALOG_URI / FACTORY_WAREHOUSE point elsewhere."""
-    from factory.lake import CatalogConfig
-
-    uri, warehouse = os.environ.get("FACTORY_CATALOG_URI"), os.environ.get("FACTORY_WAREHOUSE")
-    kind = "rest" if uri and uri.startswith(("http://", "https://")) else "sql"
-    return CatalogConfig(kind=kind, uri=uri or None, warehouse=warehouse or None)
+    return open_profile_lake(profile(args), home=args.home)
 
 
 # -- drops ------------------------------------------------------------------------------------
@@ -304,7 +332,9 @@ def cmd_ingest(args: argparse.Namespace, out: Console) -> int:
 def cmd_doctor(args: argparse.Namespace, out: Console) -> int:
     from factory.doctor import run_checks
 
-    checks = run_checks(factory_home(args.home), catalog_config())
+    from factory.deploy import catalog_config
+
+    checks = run_checks(factory_home(args.home), catalog_config(profile(args)))
     failed = sum(c.status == "fail" for c in checks)
     if args.json:
         print(json.dumps([c.as_dict() for c in checks], indent=2))

@@ -147,7 +147,7 @@ def check_catalog(home: Path, config=None) -> Check:
         tables = lake.tables()
     except Exception as exc:  # noqa: BLE001 - see check_duckdb_iceberg
         return Check("lake catalog", "fail", f"{type(exc).__name__}: {exc}",
-                     "check that FACTORY_HOME is writable and FACTORY_CATALOG_URI / FACTORY_WAREHOUSE are right")
+                     "check that FACTORY_HOME is writable and the deploy profile's catalog is right (factory deploy check)")
     return Check("lake catalog", "ok", f"{lake.catalog.properties.get('uri', '')}: {len(tables)} tables")
 
 

@@ -16,7 +16,9 @@ CHECKOUT = Path(__file__).resolve().parent.parent
 
 def factory_home(explicit: str | os.PathLike | None = None) -> Path:
     """The factory's state directory: `explicit`, else `$FACTORY_HOME`, else `<checkout>/.factory`."""
-    raw = explicit or os.environ.get("FACTORY_HOME") or CHECKOUT / ".factory"
+    from factory import settings
+
+    raw = explicit or settings.home() or CHECKOUT / ".factory"
     return Path(raw).expanduser().resolve()
 
 

@@ -53,6 +53,12 @@ def environment() -> dict[str, str]:
     return dict(os.environ)
 
 
+def export(values: Mapping[str, str]) -> None:
+    """Set variables for the processes this one starts from now on (a CLI's `--deploy` is handed
+    down this way to dagster-graphql and the runs it launches)."""
+    os.environ.update(values)
+
+
 def home() -> str | None:
     return get(HOME)
 

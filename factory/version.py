@@ -12,17 +12,17 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 import subprocess
 from importlib import metadata
 from typing import Any
 
 from factory.home import CHECKOUT
+from factory import settings
 
 
 def code_version() -> str:
     """`<git sha>` or `<git sha>-dirty`; `unknown` outside a git checkout."""
-    if override := os.environ.get("FACTORY_CODE_VERSION"):
+    if override := settings.code_version_override():
         return override
     return _git_code_version()
 

@@ -5,12 +5,12 @@ Defaults to the checkout's `configs/experiments` and `configs/sweeps`; `FACTORY_
 shared experiments repository, or an empty directory for a factory that should queue nothing.
 """
 
-import os
 from pathlib import Path
 
 from dagster import ConfigurableResource
 
 from factory.experiments.registry import EXPERIMENTS_DIR, SWEEPS_DIR
+from factory import settings
 
 
 class ExperimentsResource(ConfigurableResource):
@@ -20,7 +20,7 @@ class ExperimentsResource(ConfigurableResource):
     """Sweep files; empty = configs/sweeps."""
 
     def experiments_path(self) -> Path:
-        return Path(self.experiments_dir or os.environ.get("FACTORY_EXPERIMENTS_DIR") or EXPERIMENTS_DIR)
+        return Path(self.experiments_dir or settings.experiments_dir() or EXPERIMENTS_DIR)
 
     def sweeps_path(self) -> Path:
         return Path(self.sweeps_dir or SWEEPS_DIR)

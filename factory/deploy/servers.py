@@ -74,7 +74,7 @@ class Server:
     def alive(self) -> bool:
         if self.process is not None:
             return self.process.poll() is None
-        return self.pid is not None and _pid_alive(self.pid)
+        return self.pid is not None and pid_alive(self.pid)
 
     def log_tail(self, chars: int = 3000) -> str:
         try:
@@ -111,7 +111,7 @@ class Server:
                 self.process.wait(timeout=1)
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -126,7 +126,7 @@ def _pid_alive(pid: int) -> bool:
 
 def stop_pid(pid: int, grace: float = 10.0) -> bool:
     """Stop the process group led by `pid` (falls back to the process); True if it was running."""
-    if not _pid_alive(pid):
+    if not pid_alive(pid):
         return False
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
@@ -135,10 +135,10 @@ def stop_pid(pid: int, grace: float = 10.0) -> bool:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
         deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and _pid_alive(pid):
+        while time.monotonic() < deadline and pid_alive(pid):
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
             time.sleep(0.1)
-        if not _pid_alive(pid):
+        if not pid_alive(pid):
             return True
     return True

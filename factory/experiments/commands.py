@@ -128,12 +128,13 @@ def cmd_sweep_launch(args, out: Console) -> int:
 
 
 def cmd_sweep_run(args, out: Console) -> int:
+    from factory.cli import profile
     from factory.experiments.local import run_sweep
     from factory.experiments.registry import get_sweep
 
     started = time.perf_counter()
     sweep = get_sweep(args.name)
-    run_sweep(_lake(args), sweep, evaluate=not args.no_eval, log=out.print)
+    run_sweep(_lake(args), sweep, profile=profile(args), evaluate=not args.no_eval, log=out.print)
     out.print(f"sweep {sweep.name}: done in {time.perf_counter() - started:.0f} s; "
               f"`factory sweep results {sweep.name}` ranks the cells")
     return 0

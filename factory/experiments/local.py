@@ -10,18 +10,22 @@ cell whose final checkpoint is already evaluated with its suite is not evaluated
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 from collections.abc import Callable
 
+from factory import settings
+from factory.deploy import DeployConfig, load_profile, profile_env
 from factory.experiments.spec import ExperimentError, plan_experiment
 from factory.experiments.sweep import SweepConfig, check_token_budget, expand
 from factory.home import CHECKOUT
 
 
-def run_sweep(lake, sweep: SweepConfig, *, evaluate: bool = True, log: Callable[[str], None] = print) -> list[str]:
-    """Train (and evaluate) every cell; the eval ids of the cells evaluated, in cell order."""
+def run_sweep(lake, sweep: SweepConfig, *, profile: DeployConfig | None = None, evaluate: bool = True,
+              log: Callable[[str], None] = print) -> list[str]:
+    """Train (and evaluate) every cell; the eval ids of the cells evaluated, in cell order. Each cell's
+    trainer gets `profile` (default: the active one) explicitly, so it writes to the same lake."""
+    profile = profile or load_profile()
     from factory.train.checkpoint import checkpoints
     from factory.train.launch import launch_command
 
@@ -32,8 +36,9 @@ def run_sweep(lake, sweep: SweepConfig, *, evaluate: bool = True, log: Callable[
     for cell, plan in zip(cells, plans):
         started = time.perf_counter()
         log(f"[{cell.index + 1}/{len(cells)}] {cell.run}: {cell.params}")
-        done = subprocess.run(launch_command(plan, home=str(lake.home), run=cell.run), cwd=CHECKOUT,
-                              env={**os.environ, "FACTORY_HOME": str(lake.home)}, capture_output=True, text=True)
+        command = launch_command(plan, home=str(lake.home), run=cell.run, training=profile.training)
+        env = {**settings.environment(), **profile_env(profile), "FACTORY_HOME": str(lake.home)}
+        done = subprocess.run(command, cwd=CHECKOUT, env=env, capture_output=True, text=True)
         if done.returncode:
             raise ExperimentError(f"sweep {sweep.name}: cell {cell.index} ({cell.run}) failed to train "
                                   f"(exit {done.returncode}): {done.stderr[-1500:]}")

@@ -43,6 +43,7 @@ from factory.tokenize.bpe import SPECIAL_TOKENS
 from factory.train import checkpoint as ckpt
 from factory.train.model import Transformer, llama_config_dict, llama_state_dict
 from factory.version import canonical_json, code_version, env_lock_hash
+from factory import settings
 
 FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
 
@@ -157,7 +158,7 @@ def _write(directory: Path, model: Transformer, checkpoint: TrainedCheckpoint) -
     config.save_pretrained(directory)
     GenerationConfig(bos_token_id=ids["bos"], eos_token_id=ids["eos"], pad_token_id=ids["pad"]).save_pretrained(directory)
     state = {k: v.detach().to(torch.float32).contiguous().clone() for k, v in llama_state_dict(model).items()}
-    if json.loads(os.environ.get("FACTORY_FAULTS", "{}")).get("corrupt_export"):
+    if settings.faults().get("corrupt_export"):
         state["model.layers.0.mlp.down_proj.weight"] *= 1.01
     if config.tie_word_embeddings:
         state.pop("lm_head.weight")  # safetensors refuses shared storage; transformers re-ties on load

@@ -21,6 +21,7 @@ import torch
 from factory.home import factory_home
 from factory.infer.engine import Engine, EngineConfig, Sample, SamplingConfig, cut_at_stop
 from factory.infer.export import ExportRef
+from factory import settings
 
 TOP_LOGPROBS = 20  # vLLM's default max_logprobs; the equivalence check asks for this many
 
@@ -124,7 +125,7 @@ def server_command(export: ExportRef, *, host: str = "127.0.0.1", port: int = 80
 
 def server_environment(config: EngineConfig = EngineConfig()) -> dict[str, str]:
     _configure_environment(config)
-    return dict(os.environ)
+    return settings.environment()
 
 
 def _max_len(export: ExportRef) -> int:

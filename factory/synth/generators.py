@@ -19,13 +19,13 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
-import os
 import time
 import urllib.request
 from dataclasses import dataclass
 from typing import Callable
 
 from factory.synth.config import GeneratorConfig
+from factory import settings
 
 
 @dataclass
@@ -115,7 +115,7 @@ class Generator:
         endpoint = self.config.endpoint
         headers = {"Content-Type": "application/json"}
         if endpoint.api_key_env:
-            key = os.environ.get(endpoint.api_key_env)
+            key = settings.secret(endpoint.api_key_env)
             if not key:
                 raise ValueError(f"environment variable {endpoint.api_key_env} (the endpoint's API key) is not set")
             headers["Authorization"] = f"Bearer {key}"

@@ -4,19 +4,22 @@
     torchrun --standalone --nproc-per-node 2 -m factory.train --experiment smoke_ddp
 
 The `training_run` asset launches exactly this through Dagster Pipes, passing the validated
-experiment as JSON (`--experiment-json`), so the process trains what the asset planned, and the
-Pipes reporter by name (`--reporter`), so this package never imports Dagster.
+experiment as JSON (`--experiment-json`), so the process trains what the asset planned, the
+deployment profile as JSON (`FACTORY_DEPLOY_JSON`), so checkpoints, metrics and lineage land in the
+lake the asset planned against, and the Pipes reporter by name (`--reporter`), so this package
+never imports Dagster. Run by hand, it takes `--deploy` or `FACTORY_DEPLOY` like the CLI.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
+from factory import settings
+from factory.deploy import load_profile, open_lake
 from factory.experiments import ExperimentConfig, ExperimentError, plan_experiment
 from factory.experiments.sweep import run_name
-from factory.lake import Lake
+from factory.lake import LakeError
 from factory.train.distributed import shutdown
 from factory.train.report import open_reporter
 from factory.train.trainer import train
@@ -31,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-name", help="run name (default: <experiment>-<hash8>, as Dagster names it)")
     parser.add_argument("--run-id", default="", help="Dagster run id, for lineage")
     parser.add_argument("--home", help="FACTORY_HOME")
+    parser.add_argument("--deploy", help="deployment profile (default: the one handed down, else $FACTORY_DEPLOY, else embedded)")
     parser.add_argument("--reporter", help="module:function, a context manager yielding a Reporter (default: terminal)")
     args = parser.parse_args(argv)
 
@@ -41,13 +45,13 @@ def main(argv: list[str] | None = None) -> int:
             from configs.experiments import experiment as load
 
             experiment = load(args.experiment)
-        lake = Lake.open(home=args.home)
+        lake = open_lake(load_profile(args.deploy), home=args.home)
         plan = plan_experiment(lake, experiment)
-    except (ExperimentError, ValueError) as e:
+    except (ExperimentError, LakeError, ValueError) as e:
         print(f"factory.train: error: {e}", file=sys.stderr)
         return 2
 
-    with open_reporter(int(os.environ.get("RANK", "0")), args.reporter) as reporter:
+    with open_reporter(settings.distributed()[0], args.reporter) as reporter:
         try:
             result = train(plan, lake, run=args.run_name or run_name(experiment), run_id=args.run_id, reporter=reporter)
         finally:

@@ -39,6 +39,7 @@ import pyarrow as pa
 from factory.lake import CommitStamp, Lake, TableCommit
 from factory.lake.schemas import TRAIN_INCIDENTS, TRAIN_METRICS
 from factory.train.config import TrackerConfig
+from factory import settings
 
 log = logging.getLogger(__name__)
 
@@ -48,11 +49,11 @@ METRICS_TABLE = "train.metrics"
 INCIDENTS_TABLE = "train.incidents"
 
 # The environment of a training process; written by resources/tracker.py, read by build_tracker.
-ENV_BACKENDS = "FACTORY_TRACKER_BACKENDS"  # comma-separated, overrides TrackerConfig.backends
-ENV_MLFLOW_URI = "FACTORY_MLFLOW_TRACKING_URI"
-ENV_NEPTUNE_PROJECT = "NEPTUNE_PROJECT"  # Neptune's own names, so its CLI (`neptune sync`) agrees
-ENV_NEPTUNE_MODE = "NEPTUNE_MODE"
-ENV_NEPTUNE_TOKEN = "NEPTUNE_API_TOKEN"
+ENV_BACKENDS = settings.TRACKER_BACKENDS  # comma-separated, overrides TrackerConfig.backends
+ENV_MLFLOW_URI = settings.MLFLOW_URI
+ENV_NEPTUNE_PROJECT = settings.NEPTUNE_PROJECT  # Neptune's own names, so its CLI (`neptune sync`) agrees
+ENV_NEPTUNE_MODE = settings.NEPTUNE_MODE
+ENV_NEPTUNE_TOKEN = settings.NEPTUNE_TOKEN
 
 
 class Tracker:
@@ -227,7 +228,7 @@ class MLflowTracker(Tracker):
 @contextlib.contextmanager
 def _env(**values: str) -> Iterator[None]:
     """Set environment variables for the duration of a block, then restore them."""
-    before = {k: os.environ.get(k) for k in values}
+    before = {k: settings.get(k) for k in values}
     os.environ.update(values)
     try:
         yield
@@ -411,7 +412,7 @@ def build_tracker(config: TrackerConfig, lake: Lake | None, home: Path, run: str
     default `os.environ` at call time): `FACTORY_TRACKER_BACKENDS` replaces the backend list,
     `FACTORY_MLFLOW_TRACKING_URI` points MLflow at a server, `NEPTUNE_PROJECT` / `NEPTUNE_MODE` /
     `NEPTUNE_API_TOKEN` configure Neptune. Call `start` on the result to open the runs."""
-    env = os.environ if environ is None else environ
+    env = settings.environment() if environ is None else environ
     backends = [b.strip() for b in env.get(ENV_BACKENDS, "").split(",") if b.strip()] or list(config.backends)
     trackers: list[Tracker] = []
     for backend in backends:

@@ -39,6 +39,7 @@ from factory.train.plot import loss_curve_png, png_markdown
 from factory.train.report import Reporter
 from factory.train.schedule import lr_at
 from factory.train.tracking import build_tracker, record_incident
+from factory import settings
 
 
 class NumericsError(RuntimeError):
@@ -62,7 +63,7 @@ def train(plan: Plan, lake: Lake, *, run: str | None = None, run_id: str = "", r
     d = init_distributed(exp.parallel)
     run = run or exp.name
     rep = reporter or Reporter()
-    faults = json.loads(os.environ.get("FACTORY_FAULTS", "{}"))
+    faults = settings.faults()
     started = time.monotonic()
 
     torch.manual_seed(exp.seed)
