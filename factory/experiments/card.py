@@ -49,8 +49,14 @@ def render_card(plan: Plan) -> str:
         ("identity hash", f"`{plan.config_hash}`"),
     ]
     table = "\n".join(f"| {k} | {v} |" for k, v in rows)
-    n = e.parallel.nproc_per_node
-    launcher = f"torchrun --standalone --nproc-per-node {n} -m factory.train" if n > 1 else "python -m factory.train"
+    n, nodes = e.parallel.nproc_per_node, e.parallel.nnodes
+    if nodes > 1:  # one agent per node at the profile's c10d rendezvous (factory.train.launch)
+        launcher = (f"torchrun --nnodes {nodes} --node-rank <R> --nproc-per-node {n} --rdzv-backend c10d "
+                    f"--rdzv-endpoint <training.rdzv_endpoint> -m factory.train")
+    elif n > 1:
+        launcher = f"torchrun --standalone --nproc-per-node {n} -m factory.train"
+    else:
+        launcher = "python -m factory.train"
     return (f"# Experiment `{e.name}`\n\n{e.description or '(no description)'}\n\n"
             f"| | |\n|---|---|\n{table}\n\n"
             f"Run it: `factory experiment submit {e.name}` (queued in Dagster as run `{run_name(e)}`) "

@@ -1,4 +1,5 @@
-"""Process-group setup for one training process, from torchrun's environment.
+"""Process-group setup for one training process, from torchrun's environment (read through
+`factory.settings.distributed()`, like every variable the factory honours).
 
 Without torchrun (or with WORLD_SIZE=1) the run is a single process and every collective here
 is a no-op, so the trainer has one code path. Backend `auto` is NCCL with CUDA, gloo otherwise.
@@ -6,12 +7,12 @@ is a no-op, so the trainer has one code path. Backend `auto` is NCCL with CUDA, 
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
+from factory import settings
 from factory.train.config import ParallelConfig
 
 
@@ -58,8 +59,7 @@ class Dist:
 
 def init_distributed(config: ParallelConfig) -> Dist:
     """Join the process group torchrun set up (if any) and pick this rank's device."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank, local = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
+    rank, world, local = settings.distributed()
     if world != config.world_size:
         raise RuntimeError(f"the experiment asks for {config.world_size} processes, the launcher started {world}")
     cuda = torch.cuda.is_available()
