@@ -3,7 +3,9 @@ sensor, the sweep schedules and `factory experiment submit` / `factory sweep lau
 Materializing it plans the run here (a bad config fails before any process starts), then
 launches `python -m factory.train` (under torchrun for several ranks) through Dagster Pipes.
 Logs and the final summary (loss curve, checkpoints) stream back; a relaunch resumes from the
-latest valid checkpoint, so a killed run loses at most `checkpoint.every` steps.
+latest valid checkpoint, so a killed run loses at most `checkpoint.every` steps. Only evaluated
+checkpoints and the last one become `checkpoints` partitions (one per checkpoint would pass
+Dagster's dynamic-partition limits after a few hundred runs).
 
 Queued runs carry their experiment as JSON in the run config, so a run trains exactly what was
 queued; a partition launched by hand from the UI is looked up among the experiment files and
@@ -25,7 +27,7 @@ from dagster import (
 )
 
 from assets.evals import checkpoint_key, checkpoint_partitions
-from factory.deploy import profile_env
+from factory.deploy import DeployError, profile_env
 from factory.experiments import ExperimentConfig, ExperimentError, plan_experiment
 from factory.experiments.card import render_card
 from factory.experiments.queue import resolve_run
@@ -88,6 +90,9 @@ def training_run(context, config: TrainingRunConfig, lake: LakeResource, tracker
     card = render_card(plan)
     context.log.info(f"planned {run}: {plan.steps} steps, {plan.parameters:,} parameters, {plan.mix_version}\n\n{card}")
     home, profile = str(lake.lake().home), lake.profile()
+    if profile.training.launcher == "kubernetes":
+        raise DeployError(f"deploy profile {profile.name}: training.launcher 'kubernetes' (training pods through "
+                          "PipesK8sClient) is not built yet; use 'local', or 'multinode' with one agent per node")
     # the trainer gets this run's profile explicitly: it writes to the lake this asset planned against
     completed = pipes_subprocess_client.run(
         context=context, command=launch_command(plan, home=home, run_id=context.run_id, run=run,
@@ -95,9 +100,12 @@ def training_run(context, config: TrainingRunConfig, lake: LakeResource, tracker
         env={**tracker.env(), **profile_env(profile), "FACTORY_HOME": home}, cwd=str(CHECKOUT),
     )
     result = completed.get_materialize_result()
-    # every checkpoint becomes a partition of checkpoint_export / eval_scores (the sensor adds the
-    # ones it evaluates as they land; this makes the others launchable from the UI)
-    keys = [checkpoint_key(r["checkpoint_id"]) for r in checkpoints(lake.lake(), run)]
+    # the evaluated checkpoints (the sensor adds them as they land) and the run's last one become
+    # partitions of checkpoint_export / eval_scores; the rest stay rows of train.checkpoints
+    # (`factory eval <run>@<step>`): Dagster's dynamic partitions break at tens of thousands
+    rows = checkpoints(lake.lake(), run)
+    keys = [checkpoint_key(r["checkpoint_id"]) for r in rows
+            if r is rows[-1] or (r["eval_every"] > 0 and r["step"] % r["eval_every"] == 0)]
     context.instance.add_dynamic_partitions(checkpoint_partitions.name, keys)
     return MaterializeResult(metadata={**(result.metadata or {}), "card": MetadataValue.md(card),
                                        "config_hash": plan.config_hash, "experiment": plan.experiment.name})

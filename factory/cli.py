@@ -212,6 +212,13 @@ def _experiment_commands(commands, home) -> None:
     show = actions.add_parser("show", parents=[home], help="plan an experiment and print its card")
     show.add_argument("name")
     show.set_defaults(run=_lazy(module, "experiment_show"))
+    train = actions.add_parser("train", parents=[home], help="train an experiment here (this node's torchrun agent "
+                                                            "for a multi-node run), no Dagster")
+    train.add_argument("name")
+    train.add_argument("--node-rank", type=int, help="this node (default: the profile's, else NODE_RANK / "
+                                                     "JOB_COMPLETION_INDEX / SLURM_NODEID, else 0)")
+    train.add_argument("--print", dest="print_only", action="store_true", help="print the command, do not run it")
+    train.set_defaults(run=_lazy(module, "experiment_train"))
     for action, text in (("submit", "queue runs of experiments (unchanged ones are skipped)"),
                          ("register", "add the runs' training_run partitions only; print their run names")):
         p = actions.add_parser(action, parents=[home, url], help=text)

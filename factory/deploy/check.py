@@ -136,10 +136,21 @@ def probe_dagster(profile: DeployConfig) -> Probe:
     return Probe("dagster.postgres", "dagster", True, f"Postgres {pg.user}@{pg.host}:{pg.port}/{pg.db} accepts the credentials")
 
 
+def probe_training(profile: DeployConfig) -> Probe:
+    t = profile.training
+    if t.launcher == "kubernetes":
+        return Probe("training.launcher", "training", False, "Kubernetes training pods (PipesK8sClient) are not built "
+                     "yet: use launcher local, or multinode with one agent per node")
+    if t.launcher == "multinode":
+        return Probe("training.rdzv_endpoint", "training", True, f"one torchrun agent per node, c10d rendezvous at "
+                     f"{t.rdzv_endpoint} (node 0 opens it when a run starts)")
+    return Probe("training.launcher", "training", True, "torchrun on this node")
+
+
 def check_profile(profile: DeployConfig, home: Path) -> list[Probe]:
     """Every probe of `profile`, cheapest first; none raises."""
     probes = [probe_spark(profile), probe_object_store(profile), probe_catalog(profile, home),
-              probe_tracker(profile), probe_dagster(profile)]
+              probe_training(profile), probe_tracker(profile), probe_dagster(profile)]
     return [p for p in probes if p is not None]
 
 

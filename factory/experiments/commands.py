@@ -71,6 +71,30 @@ def cmd_experiment_register(args, out: Console) -> int:
     return 0
 
 
+def cmd_experiment_train(args, out: Console) -> int:
+    """The trainer of one experiment on this node, with the profile handed down explicitly: on a
+    multi-node run every node runs this same command (under srun, or a pod per node)."""
+    import shlex
+    import subprocess
+
+    from factory import settings
+    from factory.cli import profile
+    from factory.deploy import profile_env
+    from factory.experiments import plan_experiment
+    from factory.experiments.registry import get_experiment
+    from factory.home import CHECKOUT
+    from factory.train.launch import launch_command
+
+    deploy, lake = profile(args), _lake(args)
+    plan = plan_experiment(lake, get_experiment(args.name))
+    command = launch_command(plan, home=str(lake.home), training=deploy.training, node_rank=args.node_rank)
+    if args.print_only:
+        print(shlex.join(command))
+        return 0
+    env = {**settings.environment(), **profile_env(deploy), "FACTORY_HOME": str(lake.home)}
+    return subprocess.run(command, cwd=CHECKOUT, env=env).returncode
+
+
 def cmd_experiment_submit(args, out: Console) -> int:
     from factory.experiments.launcher import GraphQL, submit
 
