@@ -1,6 +1,16 @@
 """Shared fixtures. Everything here is real and local: a pyiceberg `SqlCatalog` on sqlite with a
 `file://` warehouse under the test's own `tmp_path` — no servers, no network, runs on CPU.
 
+Both catalogs: a module that sets `pytestmark = pytest.mark.usefixtures("catalog")` runs each test
+twice, on the sqlite catalog (`[sql]`) and on an Iceberg REST catalog over S3 (`[rest]`, marked
+`rest`): ONE SeaweedFS (`weed mini`, S3 + REST) on free loopback ports for the whole session,
+started the first time a `[rest]` test runs (~2–7 s) and stopped by PID at the end. Each `[rest]`
+test gets an empty lake — a fresh S3 Tables bucket as its warehouse (~5 ms) — and the profile in
+`FACTORY_DEPLOY_JSON`, so the factory code and the processes it starts (the trainer, the CLI)
+open that same lake. `lake`, `lake_at(home)` and `build_training_lake` honour the parameter;
+`rest_profile` is the running server's profile (warehouse `s3://warehouse`) for tests that need
+the server itself.
+
 `corpus` builds refined-like tables (the `REFINED_DOCUMENTS` schema) from real standard-library
 text — the modules of a few packages as code, top-level modules' docstrings as prose — and commits
 them to a lake; the mix, tokenizer, Dagster mix-asset and `factory mix` CLI tests all use it.
@@ -16,6 +26,8 @@ from __future__ import annotations
 import ast
 import hashlib
 import sysconfig
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -81,11 +93,112 @@ def corpus() -> Corpus:
     return Corpus()
 
 
+@dataclass
+class SeaweedFS:
+    """The session's SeaweedFS: its `Server` (stopped by PID) and the profile it serves."""
+
+    server: object
+    profile: object
+
+
+@pytest.fixture(scope="session")
+def seaweedfs(tmp_path_factory):
+    """One `weed mini` (S3 + Iceberg REST) on free 127.0.0.1 ports for the session."""
+    from factory.deploy import seaweed
+    from factory.deploy.servers import free_port
+
+    root = tmp_path_factory.mktemp("seaweedfs")
+    profile = seaweed.rest_profile(free_port(), free_port())
+    server = seaweed.start_seaweedfs(root / "data", profile, root / "weed.log")
+    try:
+        yield SeaweedFS(server, profile)
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def rest_profile(seaweedfs):
+    """The running SeaweedFS's `DeployConfig` (the loopback profile on this session's ports)."""
+    return seaweedfs.profile
+
+
+class CatalogUnderTest:
+    """One test's catalog: `kind` (sql | rest), its `profile`, `lake(home)` to open it, and
+    `other()` for a second, independent lake (another REST warehouse; sql lakes differ by home)."""
+
+    def __init__(self, kind: str, profile, rest=None):
+        self.kind, self.profile, self._rest = kind, profile, rest
+
+    def lake(self, home) -> Lake:
+        from factory.deploy import open_lake
+
+        return open_lake(self.profile, Path(home))
+
+    def other(self) -> "CatalogUnderTest":
+        return self if self._rest is None else CatalogUnderTest(self.kind, _fresh_warehouse(self._rest), self._rest)
+
+
+def _fresh_warehouse(rest_profile):
+    from factory.deploy.seaweed import create_warehouse
+
+    return create_warehouse(rest_profile, f"t-{uuid.uuid4().hex[:16]}")
+
+
+@pytest.fixture(params=["sql", pytest.param("rest", marks=pytest.mark.rest)])
+def catalog(request, monkeypatch) -> CatalogUnderTest:
+    """The catalog a test runs on (see the module docstring); its profile is handed down in
+    `FACTORY_DEPLOY_JSON`."""
+    from configs.deploy import embedded
+    from factory.deploy import profile_env
+
+    if request.param == "sql":
+        chosen = CatalogUnderTest("sql", embedded())
+    else:
+        rest = request.getfixturevalue("rest_profile")
+        chosen = CatalogUnderTest("rest", _fresh_warehouse(rest), rest)
+    for name, value in profile_env(chosen.profile).items():
+        monkeypatch.setenv(name, value)
+    return chosen
+
+
+def _test_catalog(request) -> CatalogUnderTest | None:
+    return request.getfixturevalue("catalog") if "catalog" in request.fixturenames else None
+
+
 @pytest.fixture
-def lake(tmp_path):
-    """An empty embedded lake with `FACTORY_HOME` = `tmp_path` (its state lives in `tmp_path/lake`;
-    put test inputs in another subdirectory)."""
-    return Lake.open(home=tmp_path)
+def lake_at(request):
+    """`lake_at(home)` -> the lake of this test's catalog with its local state in `home`."""
+    chosen = _test_catalog(request)
+    return (lambda home: Lake.open(home=home)) if chosen is None else chosen.lake
+
+
+def stored_files(table, under: str = "", suffix: str = ".parquet") -> set[str]:
+    """The files (full URIs) that really exist below `table.location()/under`, listed on its own
+    storage (local disk or S3) through pyarrow's file system with the table's FileIO properties —
+    not through the catalog, so orphans count."""
+    from pyarrow import fs as pafs
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    location = f"{table.location()}/{under}".rstrip("/")
+    io = PyArrowFileIO(table.io.properties)
+    scheme, netloc, path = io.parse_location(location)
+    filesystem = io.fs_by_scheme(scheme, netloc)
+    infos = filesystem.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
+    prefix = "file://" if scheme == "file" else f"{scheme}://"
+    return {prefix + i.path for i in infos if i.type == pafs.FileType.File and i.path.endswith(suffix)}
+
+
+@pytest.fixture(scope="session")
+def list_stored_files():
+    """`stored_files(table, under="", suffix=".parquet")` (see there)."""
+    return stored_files
+
+
+@pytest.fixture
+def lake(tmp_path, lake_at):
+    """An empty lake with `FACTORY_HOME` = `tmp_path` (its state lives in `tmp_path/lake`; put
+    test inputs in another subdirectory): embedded sqlite, or the `catalog` the module opted into."""
+    return lake_at(tmp_path)
 
 
 # The packages are chosen so that every one of the smoke experiment's 8 logical loader shards holds
@@ -97,14 +210,19 @@ DOCS = "refined.package_docs"  # 40 module docstrings
 
 
 def _build_training_lake(home: Path, corpus: Corpus, *, tokenizer: bool = True, mix: bool = True,
-                         heldout_fraction: float | None = None) -> Lake:
+                         heldout_fraction: float | None = None, profile=None) -> Lake:
     """The refined tables at `home`, then (optionally) the tokenizer, then (optionally) mix `default`
-    v1 (with `heldout_fraction` instead of the spec's, when given). ~3 s on CPU."""
+    v1 (with `heldout_fraction` instead of the spec's, when given). ~3 s on CPU. The lake is the
+    `profile`'s, else the one a `catalog` test handed down in FACTORY_DEPLOY_JSON, else embedded."""
     from configs.mixes import mix_spec
+    from factory import settings
+    from factory.deploy import load_profile, open_lake
     from factory.mix import register_mix_version
     from factory.tokenize import TokenizerConfig, train_tokenizer
 
-    lake = Lake.open(home=home)
+    if profile is None and settings.deploy_json():
+        profile = load_profile()
+    lake = Lake.open(home=home) if profile is None else open_lake(profile, home)
     for table, packages in CODE.items():
         corpus.write(lake, table, corpus.code(table, packages))
     corpus.write(lake, DOCS, corpus.docstrings(DOCS, count=40))
@@ -121,7 +239,8 @@ def _build_training_lake(home: Path, corpus: Corpus, *, tokenizer: bool = True, 
 
 @pytest.fixture(scope="session")
 def build_training_lake(corpus):
-    """`build_training_lake(home, tokenizer=True, mix=True, heldout_fraction=None)` -> Lake."""
+    """`build_training_lake(home, tokenizer=True, mix=True, heldout_fraction=None, profile=None)` ->
+    Lake (on the test's `catalog` when the module opted in)."""
     return lambda home, **kw: _build_training_lake(Path(home), corpus, **kw)
 
 
@@ -193,7 +312,11 @@ def trained_checkpoints(tmp_path_factory, build_training_lake) -> TrainedRun:
     from factory.experiments import plan_experiment
     from factory.train.trainer import train
 
-    lake = build_training_lake(tmp_path_factory.mktemp("trained") / "home", heldout_fraction=0.25)
+    from configs.deploy import embedded
+
+    # session-scoped: always the sqlite catalog, whichever test first asks
+    lake = build_training_lake(tmp_path_factory.mktemp("trained") / "home", heldout_fraction=0.25,
+                               profile=embedded())
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

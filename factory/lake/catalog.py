@@ -5,6 +5,13 @@ The embedded default is a `SqlCatalog` on sqlite with a `file://` warehouse, bot
 config says `kind="rest"` (extra `properties` carry `s3.endpoint`, credentials, tokens). Tables are
 created from declared schemas (`factory.lake.schemas`), never inferred from whatever a writer
 happened to produce.
+
+Opening a REST lake checks both doors before anything is written: the catalog must accept the
+credential (loading the catalog already asks it for its config), and the object store must accept
+the S3 keys for the warehouse bucket (one HeadBucket). Otherwise a wrong secret key would surface
+mid-commit — after the namespace and table were created — as an S3 signature error on some
+manifest key. The errors name the deploy profile's field (`catalog.credential`,
+`catalog.s3.access_key_id` / `secret_access_key`).
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from typing import Callable, Literal
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 from pyiceberg.catalog import Catalog, load_catalog
-from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.exceptions import ForbiddenError, NoSuchTableError, OAuthError, UnauthorizedError
 from pyiceberg.expressions import BooleanExpression
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
@@ -84,7 +91,10 @@ class Lake:
         home_path = factory_home(home)
         if config.kind == "sql" and config.uri is None:
             (lake_dir(home_path) / "warehouse").mkdir(parents=True, exist_ok=True)
-        return cls(load_catalog(config.name, **config.catalog_properties(home_path)), home_path)
+        props = config.catalog_properties(home_path)
+        if config.kind == "sql":
+            return cls(load_catalog(config.name, **props), home_path)
+        return cls(_open_rest(config.name, props), home_path)
 
     # -- tables ---------------------------------------------------------------------------------
     def table(self, name: str) -> Table:
@@ -152,3 +162,41 @@ class Lake:
     def lineage(self) -> LineageStore:
         """The `factory.lineage` table of this lake."""
         return LineageStore(self)
+
+
+KEYS_FIELD = "catalog.s3.access_key_id / catalog.s3.secret_access_key"
+
+
+def _open_rest(name: str, props: dict[str, str]) -> Catalog:
+    """A REST catalog whose credential and object-store keys were both accepted (module docstring)."""
+    uri = props["uri"]
+    sigv4 = props.get("rest.sigv4-enabled", "false").lower() == "true"
+    try:
+        catalog = load_catalog(name, **props)
+    except OAuthError as e:
+        raise LakeError(f"catalog.credential: the REST catalog at {uri} refused the OAuth2 client "
+                        f"credential ({e})") from None
+    except (UnauthorizedError, ForbiddenError) as e:
+        field = (f"{KEYS_FIELD} (SigV4 signs REST requests with them)" if sigv4
+                 else "catalog.token" if "token" in props else "catalog.credential")
+        raise LakeError(f"{field}: the REST catalog at {uri} refused the request ({e})") from None
+    warehouse = props.get("warehouse", "")
+    if warehouse.startswith(("s3://", "s3a://")) and props.get("s3.access-key-id"):
+        _check_bucket(props, warehouse)
+    return catalog
+
+
+def _check_bucket(props: dict[str, str], warehouse: str) -> None:
+    from pyarrow import fs
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    io = PyArrowFileIO(props)
+    scheme, bucket, _ = io.parse_location(warehouse)
+    endpoint = props.get("s3.endpoint", "AWS")
+    try:
+        info = io.fs_by_scheme(scheme, bucket).get_file_info(bucket)
+    except OSError as e:
+        raise LakeError(f"{KEYS_FIELD}: the object store at {endpoint} refused the keys for bucket "
+                        f"{bucket} ({str(e).strip()})") from None
+    if info.type == fs.FileType.NotFound:
+        raise LakeError(f"catalog.warehouse: bucket {bucket} does not exist at {endpoint}")

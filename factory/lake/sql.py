@@ -14,11 +14,13 @@ avro extension (which iceberg needs to read manifests) and then the iceberg exte
 from the files the `duckdb-extension-avro` / `duckdb-extension-iceberg` wheels ship; those wheels
 are pinned to the same version as `duckdb`, which is the only version the files load into.
 
-Scale-out: `iceberg_scan` of a local metadata file covers the embedded `file://` warehouse. A REST
-catalog on object storage would need DuckDB's `httpfs` extension (from a wheel, like these two)
-plus a `CREATE SECRET` with the S3 endpoint and keys — or Trino against the same catalog. Until
-then, tables outside a local warehouse fall back to a pyiceberg `scan().to_arrow()` copied into
-DuckDB: correct, but it reads the whole table into memory, so keep it to small tables.
+Object storage: a table on `s3://` (a REST catalog's warehouse) is scanned the same way, through
+DuckDB's `httpfs` extension (`LOAD`ed from the `duckdb-extension-httpfs` wheel, only when a table
+needs it) and one `CREATE SECRET` per bucket built from the table's own FileIO properties (endpoint,
+region, keys — what pyiceberg itself reads the table with, including what the REST catalog hands
+out). A table on storage DuckDB cannot reach that way (no explicit keys: an SDK credential chain,
+or another scheme) falls back to a pyiceberg `scan().to_arrow()` copied into DuckDB: correct, but
+it reads the whole table into memory, so keep it to small tables.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 import importlib
 import re
 from pathlib import Path
+from urllib.parse import urlparse
 
 import duckdb
 import pyarrow as pa
@@ -34,6 +37,7 @@ from factory.lake.catalog import Lake, LakeError
 
 # Load order matters: iceberg reads manifest lists and manifests through avro.
 EXTENSIONS = (("duckdb_extension_avro", "avro"), ("duckdb_extension_iceberg", "iceberg"))
+HTTPFS = ("duckdb_extension_httpfs", "httpfs")
 
 
 class QueryError(LakeError):
@@ -68,12 +72,21 @@ def connect(lake: Lake) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with every lake table as the view `namespace.table`."""
     con = duckdb.connect(":memory:")
     load_extensions(con)
+    buckets: set[str] = set()
     for name in lake.tables():
         namespace, table_name = name.rsplit(".", 1)
         table = lake.table(name)
         target = f"{_ident(namespace)}.{_ident(table_name)}"
         con.execute(f"CREATE SCHEMA IF NOT EXISTS {_ident(namespace)}")
         metadata = local_metadata_path(table.metadata_location)
+        if metadata is None and (secret := s3_secret(table.metadata_location, table.io.properties)) is not None:
+            bucket = urlparse(table.metadata_location).netloc
+            if not buckets:
+                con.execute(f"LOAD {_literal(str(extension_path(*HTTPFS)))}")
+            if bucket not in buckets:
+                con.execute(f"CREATE SECRET {_ident('s3_' + str(len(buckets)))} ({secret})")
+                buckets.add(bucket)
+            metadata = table.metadata_location
         if metadata is not None:
             con.execute(f"CREATE VIEW {target} AS SELECT * FROM iceberg_scan({_literal(metadata)})")
         else:
@@ -90,6 +103,26 @@ def local_metadata_path(location: str) -> str | None:
     if location.startswith("file://"):
         return location.removeprefix("file://")
     return location if location.startswith("/") else None
+
+
+def s3_secret(location: str, io: dict[str, str]) -> str | None:
+    """The body of a DuckDB `CREATE SECRET` for the bucket of an `s3://` `location`, from the
+    table's FileIO properties; None when DuckDB cannot read it with explicit keys."""
+    parsed = urlparse(location)
+    key, secret = io.get("s3.access-key-id"), io.get("s3.secret-access-key")
+    if parsed.scheme not in ("s3", "s3a") or not key or not secret:
+        return None
+    fields = {"TYPE": "s3", "KEY_ID": _literal(key), "SECRET": _literal(secret),
+              "REGION": _literal(io.get("s3.region") or io.get("client.region") or "us-east-1"),
+              "SCOPE": _literal(f"s3://{parsed.netloc}")}
+    if token := io.get("s3.session-token"):
+        fields["SESSION_TOKEN"] = _literal(token)
+    if endpoint := io.get("s3.endpoint"):
+        url = urlparse(endpoint if "://" in endpoint else f"https://{endpoint}")
+        fields |= {"ENDPOINT": _literal(url.netloc), "USE_SSL": str(url.scheme == "https").lower()}
+    virtual = io.get("s3.force-virtual-addressing", "false").lower() == "true"
+    fields["URL_STYLE"] = _literal("vhost" if virtual else "path")
+    return ", ".join(f"{k} {v}" for k, v in fields.items())
 
 
 def query(lake: Lake, sql: str) -> pa.Table:

@@ -3,8 +3,8 @@ stamped snapshot and a lineage row; doc ids are stable; an unchanged source comm
 changed one commits a new snapshot with its own lineage row. Ends with the real embedded
 `python_stdlib` source, capped at 50 files.
 
-These run on CPU with no servers: real files and a real pyiceberg `SqlCatalog` on sqlite in
-`tmp_path`.
+Every test runs on both catalogs (`catalog`): real files and a real pyiceberg `SqlCatalog` on
+sqlite in `tmp_path`, or an Iceberg REST catalog over S3 on the session's SeaweedFS.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from factory.lake import Lake
 from factory.lake.commit import stamp_of
 from factory.lake.schemas import RAW_DOCUMENTS
 from factory.version import config_hash
+
+pytestmark = pytest.mark.usefixtures("catalog")
 
 
 @pytest.fixture
@@ -76,9 +78,9 @@ def test_first_ingest_commits_table_snapshot_and_lineage(lake, source):
     }
 
 
-def test_doc_ids_are_stable_across_ingests_and_lakes(tmp_path, source):
-    first = Lake.open(home=tmp_path / "lake-one")
-    second = Lake.open(home=tmp_path / "lake-two")
+def test_doc_ids_are_stable_across_ingests_and_lakes(tmp_path, source, catalog):
+    first = catalog.lake(tmp_path / "lake-one")
+    second = catalog.other().lake(tmp_path / "lake-two")
     ingest_source(first, source)
     ingest_source(second, source)
     ids_one = {p: r["doc_id"] for p, r in table_rows(first, "raw.toy").items()}

@@ -1,8 +1,10 @@
 """The one commit path (`factory.lake.commit`): stamped summaries, schema conformance, overwrite,
 and concurrent writers that must not lose a row.
 
-These run on CPU with no servers: a real pyiceberg `SqlCatalog` on sqlite in `tmp_path`. The
-concurrency test starts 4 real Python processes (~10–20 s on 2 cores).
+Every test runs on both catalogs (`catalog`: a real pyiceberg `SqlCatalog` on sqlite in
+`tmp_path`, and `[rest]` an Iceberg REST catalog over S3 on the session's SeaweedFS). The
+concurrency test starts 4 real Python processes (~10–20 s on 2 cores), which open the same lake
+from the profile handed down in FACTORY_DEPLOY_JSON.
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ import pytest
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
 
-from factory.lake import CommitStamp, Lake
+from factory.lake import CommitStamp
 from factory.lake.commit import stamp_of
+
+pytestmark = pytest.mark.usefixtures("catalog")
 from factory.version import env_lock_hash
 
 SCHEMA = Schema(
@@ -106,11 +110,11 @@ def test_missing_table_is_named(lake):
         lake.commit("raw.nope", rows(1), CommitStamp(asset_key="a", config_hash="h"))
 
 
-def test_conflicting_commit_is_retried_on_fresh_metadata(lake):
+def test_conflicting_commit_is_retried_on_fresh_metadata(lake, lake_at):
     """A second writer commits while the first sits between data files and metadata commit: the
     first loses that round (`CommitFailedException` inside), reloads, and lands on top of it."""
     lake.commit("t.race", rows(0), CommitStamp(asset_key="a", config_hash="h"), schema=SCHEMA)
-    other = Lake.open(home=lake.home)  # an independent catalog connection, like another process
+    other = lake_at(lake.home)  # an independent catalog connection, like another process
     interloper = []
 
     def commit_in_between():
@@ -129,13 +133,13 @@ def test_conflicting_commit_is_retried_on_fresh_metadata(lake):
     assert stamp_of(table)["run-id"] == "mine"
 
 
-def test_commit_gives_up_when_conflicts_outlast_the_retry_budget(lake, monkeypatch):
+def test_commit_gives_up_when_conflicts_outlast_the_retry_budget(lake, lake_at, monkeypatch):
     from pyiceberg.exceptions import CommitFailedException
 
     import factory.lake.commit as commit_module
 
     first = lake.commit("t.race", rows(0), CommitStamp(asset_key="a", config_hash="h"), schema=SCHEMA)
-    other = Lake.open(home=lake.home)
+    other = lake_at(lake.home)
     monkeypatch.setattr(commit_module, "RETRY_FOR_S", 0.0)
 
     def always_lose():
@@ -155,10 +159,11 @@ WRITER = textwrap.dedent(
     """
     import json, os, sys, time
     import pyarrow as pa
-    from factory.lake import CommitStamp, Lake
+    from factory.deploy import open_lake
+    from factory.lake import CommitStamp
 
     home, table, writer, appends, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
-    lake = Lake.open(home=home)
+    lake = open_lake(None, home)  # the profile in FACTORY_DEPLOY_JSON
     while not os.path.exists(go):  # start together, so the writers really contend
         time.sleep(0.01)
     attempts = []

@@ -2,8 +2,9 @@
 table at its previous snapshot: same snapshot id, same rows, no lineage row — and the next
 ingest commits normally on top of it.
 
-These run on CPU with no servers: a real pyiceberg `SqlCatalog` on sqlite in `tmp_path`, and a
-real child process that is SIGKILLed mid-commit (~3 s).
+Runs on both catalogs (`catalog`: a real pyiceberg `SqlCatalog` on sqlite in `tmp_path`, and an
+Iceberg REST catalog over S3 on the session's SeaweedFS), with a real child process that opens
+the same lake (the profile in FACTORY_DEPLOY_JSON) and is SIGKILLed mid-commit (~3 s).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
+import pytest
 
 from factory.data.ingest import ingest_source
 from factory.data.sources import DirectorySource
@@ -25,7 +26,7 @@ CHILD = textwrap.dedent(
     from pathlib import Path
     from factory.data.ingest import ingest_source
     from factory.data.sources import DirectorySource
-    from factory.lake import Lake
+    from factory.deploy import open_lake
 
     home, root, marker = sys.argv[1], sys.argv[2], Path(sys.argv[3])
 
@@ -34,18 +35,16 @@ CHILD = textwrap.dedent(
         time.sleep(120)  # the parent kills us here, before the metadata commit
 
     source = DirectorySource(name="toy", root=root)
-    ingest_source(Lake.open(home=home), source, on_files_written=hang_after_files_written)
+    ingest_source(open_lake(None, home), source, on_files_written=hang_after_files_written)
     print("committed")  # must never happen
     """
 )
 
 
-def data_files(lake, table: str) -> set[Path]:
-    location = lake.table(table).location().removeprefix("file://")
-    return set(Path(location, "data").rglob("*.parquet"))
+pytestmark = pytest.mark.usefixtures("catalog")
 
 
-def test_killed_ingest_leaves_previous_snapshot(lake, tmp_path):
+def test_killed_ingest_leaves_previous_snapshot(lake, tmp_path, list_stored_files):
     root = tmp_path / "src"
     root.mkdir()
     (root / "a.py").write_text("a = 1\n")
@@ -53,7 +52,7 @@ def test_killed_ingest_leaves_previous_snapshot(lake, tmp_path):
     source = DirectorySource(name="toy", root=str(root))
     first = ingest_source(lake, source)
     assert first.committed and first.documents == 2
-    files_before = data_files(lake, "raw.toy")
+    files_before = list_stored_files(lake.table("raw.toy"), "data")
 
     (root / "c.py").write_text("c = 3\n")  # a change, so the child really commits
     marker = tmp_path / "marker"
@@ -80,7 +79,7 @@ def test_killed_ingest_leaves_previous_snapshot(lake, tmp_path):
     assert len(table.snapshots()) == 1
     assert sorted(table.scan().to_arrow()["path"].to_pylist()) == ["a.py", "b.py"]
     assert [r.snapshot_id for r in lake.lineage.records()] == [first.snapshot_id]
-    orphans = data_files(lake, "raw.toy") - files_before
+    orphans = list_stored_files(lake.table("raw.toy"), "data") - files_before
     assert len(orphans) == 1  # the child did write its data file: it is an orphan, never data
 
     # the lake is not wedged: the next ingest commits on top of the previous snapshot

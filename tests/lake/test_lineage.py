@@ -1,7 +1,8 @@
 """The `factory.lineage` table (`factory.lake.lineage`): rows round-trip through Iceberg, and the
 graph they form resolves and walks both ways — raw snapshot → tokenizer → eval.
 
-These run on CPU with no servers: a real pyiceberg `SqlCatalog` on sqlite in `tmp_path`.
+Every test runs on both catalogs (`catalog`): a real pyiceberg `SqlCatalog` on sqlite in
+`tmp_path`, and an Iceberg REST catalog over S3 on the session's SeaweedFS.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from factory.lake.commit import stamp_of
 from factory.lake.lineage import LINEAGE_TABLE, snapshot_record, table_version_id
 from factory.lake.schemas import RAW_DOCUMENTS
 from factory.version import config_hash
+
+pytestmark = pytest.mark.usefixtures("catalog")
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 SOURCE_CONFIG = {"name": "toy", "root": "/data/toy"}

@@ -5,8 +5,9 @@ by id and name; `version_problems`. Bad inputs each fail with an error naming th
 commit nothing.
 
 Read-only checks use the session lake (`mix_lake`) under mix names of their own (`versions_*`);
-tests that write tables use a fresh tmp lake. Runs on CPU with a real pyiceberg `SqlCatalog` on
-sqlite, in a few seconds, no network.
+tests that write tables use a fresh tmp lake. Every test runs on both catalogs (`catalog`): a real
+pyiceberg `SqlCatalog` on sqlite, and an Iceberg REST catalog over S3 on the session's SeaweedFS
+(loopback only); a few seconds each.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from factory.mix import (
 from factory.tokenize import TokenizerConfig, latest_tokenizer, train_tokenizer
 
 TABLES = ["refined.alpha", "refined.beta", "refined.gamma"]
+pytestmark = pytest.mark.usefixtures("catalog")
+
 STAGES = [{"until_tokens": 1_000, "weights": {"refined.alpha": 1.0}},
           {"until_tokens": 5_000, "weights": {"refined.beta": 0.5, "refined.gamma": 0.5}}]
 

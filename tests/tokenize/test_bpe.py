@@ -5,7 +5,9 @@ per token, the artifact layout, the lineage row, loading through `transformers`,
 `latest_tokenizer`, held-out documents never sampled, and the errors for empty or missing tables
 and invalid configs.
 
-Runs on CPU in a few seconds: a real pyiceberg `SqlCatalog` on sqlite, no network.
+Every test runs on both catalogs (`catalog`): a real pyiceberg `SqlCatalog` on sqlite, and an
+Iceberg REST catalog over S3 on the session's SeaweedFS (loopback only); a few seconds on CPU.
+The tokenizer artifact itself always lives under FACTORY_HOME.
 """
 
 from __future__ import annotations
@@ -37,17 +39,27 @@ CONFIG = TokenizerConfig(name="default", vocab_size=512, sources=list(PACKAGES),
 TEXT = "def naïve(x):\n\treturn f'{x} → ∑ 日本語 🐍🚀'  # tab, emoji, CJK\r\n\n    \u200b€\n"
 
 
-def build_lake(home: Path, corpus) -> Lake:
-    lake = Lake.open(home=home)
+pytestmark = pytest.mark.usefixtures("catalog")
+
+
+def build_lake(lake: Lake, corpus) -> Lake:
     for table, packages in PACKAGES.items():
         corpus.write(lake, table, corpus.code(table, packages), chunks=3)
     return lake
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory, corpus) -> tuple[Lake, TokenizerArtifact]:
-    lake = build_lake(tmp_path_factory.mktemp("bpe"), corpus)
-    return lake, train_tokenizer(lake, CONFIG)
+def trained_by_kind(tmp_path_factory, corpus) -> dict:
+    """One trained lake per catalog kind for the module, built when a test first asks."""
+    return {}
+
+
+@pytest.fixture
+def trained(trained_by_kind, catalog, tmp_path_factory, corpus) -> tuple[Lake, TokenizerArtifact]:
+    if catalog.kind not in trained_by_kind:
+        lake = build_lake(catalog.lake(tmp_path_factory.mktemp("bpe")), corpus)
+        trained_by_kind[catalog.kind] = lake, train_tokenizer(lake, CONFIG)
+    return trained_by_kind[catalog.kind]
 
 
 def tokenizer_dirs(lake: Lake) -> set[str]:
@@ -69,10 +81,10 @@ def test_same_sample_gives_same_bytes_and_reuses_the_directory(trained):
     assert hashlib.sha256(Path(first.file).read_bytes()).hexdigest() == first.content_hash
 
 
-def test_rebuilt_lake_trains_the_same_tokenizer(trained, tmp_path, corpus):
+def test_rebuilt_lake_trains_the_same_tokenizer(trained, tmp_path, corpus, catalog):
     """Same documents, new snapshots and data-file names: the sample and the bytes do not move."""
     lake, first = trained
-    rebuilt = train_tokenizer(build_lake(tmp_path, corpus), CONFIG)
+    rebuilt = train_tokenizer(build_lake(catalog.other().lake(tmp_path), corpus), CONFIG)
     assert rebuilt.sampled != first.sampled  # genuinely different snapshots
     assert rebuilt.sample_docs == first.sample_docs
     assert rebuilt.content_hash == first.content_hash and rebuilt.new  # new to that lake
