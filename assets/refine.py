@@ -17,6 +17,7 @@ from dagster import (
 )
 
 from configs.refine import pipelines
+from factory.data.objectstore import executor_s3
 from factory.data.refine import checks
 from factory.data.refine.config import RefineConfig
 from factory.data.refine.pipeline import StepReport, run_step
@@ -60,7 +61,8 @@ def _step_asset(pipeline: RefineConfig, index: int) -> AssetsDefinition:
         description=f"{pipeline.source}: {step.kind} — {type(step).__doc__.strip()} Drops go to refined.exclusions.",
     )
     def _asset(context, lake: LakeResource, spark: SparkResource) -> MaterializeResult:
-        report = run_step(spark.session(), lake.lake(), pipeline, index, run_id=context.run_id, log=context.log.info)
+        report = run_step(spark.session(), lake.lake(), pipeline, index, run_id=context.run_id, log=context.log.info,
+                          s3=executor_s3(lake.profile()))
         return MaterializeResult(metadata=_metadata(report))
 
     return _asset

@@ -5,7 +5,8 @@ table at its current snapshot (pinned in the stamp and lineage), applies the ste
 
 1. the kept rows to the step's table — Parquet written by the Spark executors into the table's
    data directory, then registered with one stamped `add_files` commit (the driver never holds
-   the corpus);
+   the corpus). On object storage with `s3` (no S3A jars here) the executors read and write
+   those files through pyarrow instead (`factory.data.objectstore`);
 2. the dropped rows to `refined.exclusions`, replacing that (source, step)'s previous drops, so
    "what did near dedup remove from site_packages?" is one `factory sql` query;
 
@@ -26,8 +27,10 @@ from pyiceberg.expressions import And, EqualTo
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from factory.data import objectstore
 from factory.data.refine.config import STEP_OUTPUT, RefineConfig
 from factory.data.refine.steps import STEPS, split
+from factory.deploy.config import S3Config
 from factory.lake import CommitStamp, Lake, LakeError, ParquetFiles
 from factory.lake.lineage import snapshot_record
 from factory.lake.schemas import EXCLUSIONS, REFINED_DOCUMENTS
@@ -58,8 +61,13 @@ class StepReport(BaseModel):
     seconds: float
 
 
-def read_documents(spark: SparkSession, lake: Lake, table: str, snapshot_id: int) -> DataFrame:
-    """The table at `snapshot_id` as a Spark DataFrame, read from its data files in place."""
+def read_documents(spark: SparkSession, lake: Lake, table: str, snapshot_id: int,
+                   s3: S3Config | None = None) -> DataFrame:
+    """The table at `snapshot_id` as a Spark DataFrame, read from its data files in place.
+
+    `s3` (the catalog's object store, when executors reach it through pyarrow) reads s3:// data
+    files in the executors (`factory.data.objectstore`); otherwise Spark's own reader (file://, or
+    s3:// through S3A where the image has it)."""
     tasks = list(lake.table(table).scan(snapshot_id=snapshot_id).plan_files())
     if any(t.delete_files for t in tasks):
         raise LakeError(f"{table}@{snapshot_id} has delete files, which this reader does not apply")
@@ -67,7 +75,17 @@ def read_documents(spark: SparkSession, lake: Lake, table: str, snapshot_id: int
     if not paths:
         schema = lake.table(table).schema().as_arrow()
         return spark.createDataFrame([], _spark_ddl(schema))
+    if s3 is not None and objectstore.on_object_store(paths[0]):
+        return objectstore.read_parquet(spark, paths, _spark_ddl(lake.table(table).schema().as_arrow()), s3)
+    _check_spark_reaches(spark, table, paths[0])
     return spark.read.parquet(*paths)
+
+
+def _check_spark_reaches(spark: SparkSession, table: str, uri: str) -> None:
+    """An s3:// file with neither pyarrow settings nor S3A configured: say so, not "No FileSystem"."""
+    if objectstore.on_object_store(uri) and not spark.conf.get("spark.hadoop.fs.s3.impl", None):
+        raise LakeError(f"{table}: data files are on object storage ({uri}) but Spark has no S3A file system; "
+                        f"pass the catalog's S3Config (spark.object_store='arrow') or configure s3a")
 
 
 def _spark_ddl(schema: pa.Schema) -> str:
@@ -84,9 +102,17 @@ def _spark_ddl(schema: pa.Schema) -> str:
     return ", ".join(f"{f.name} {spark_type(f.type)}" for f in schema)
 
 
-def write_parquet(lake: Lake, table: str, df: DataFrame, columns: list[str]) -> ParquetFiles | pa.Table:
-    """Write `df` as Parquet under the table's data directory, for a one-commit `add_files`."""
+def write_parquet(lake: Lake, table: str, df: DataFrame, columns: list[str],
+                  s3: S3Config | None = None) -> ParquetFiles | pa.Table:
+    """Write `df` as Parquet under the table's data directory, for a one-commit `add_files`
+    (on object storage with `s3`: one file per partition, written by the executors through pyarrow)."""
     uri = lake.staging_uri(table)
+    if s3 is not None and objectstore.on_object_store(uri):
+        written = objectstore.write_parquet(df.select(*columns), uri, s3)
+        if not written:
+            return pa.Table.from_pylist([], schema=lake.table(table).schema().as_arrow())
+        return ParquetFiles(paths=[path for path, _ in written], rows=sum(rows for _, rows in written))
+    _check_spark_reaches(df.sparkSession, table, uri)
     df.select(*columns).write.mode("error").parquet(uri)
     fs, path = fsspec.core.url_to_fs(uri)
     files = sorted(fs.glob(f"{path}/*.parquet"))
@@ -103,21 +129,23 @@ def run_step(
     *,
     run_id: str = "",
     log: Callable[[str], None] = lambda message: None,
+    s3: S3Config | None = None,
 ) -> StepReport:
-    """Run step `index` of `pipeline` over the current snapshot of its input table."""
+    """Run step `index` of `pipeline` over the current snapshot of its input table (`s3`: the
+    lake's object store, for executors that reach it through pyarrow — `objectstore.executor_s3`)."""
     started = time.perf_counter()
     step = pipeline.steps[index]
     source, input_table, table = pipeline.source, pipeline.table(index - 1), pipeline.table(index)
     snapshot = _pinned(lake, input_table, f"{step.kind} of {source}: input table {input_table} does not exist "
                        f"or is empty (materialize its asset first)")
     upstream = {input_table: snapshot}
-    df = read_documents(spark, lake, input_table, snapshot)
+    df = read_documents(spark, lake, input_table, snapshot, s3)
     others = None
     for other in getattr(step, "across_sources", []):
         other_table = f"staged.{other}_{STEP_OUTPUT['normalize']}"
         upstream[other_table] = _pinned(lake, other_table, f"exact_dedup.across_sources of {source}: {other_table} "
                                         f"does not exist (materialize staged/{other}_normalized first)")
-        frame = read_documents(spark, lake, other_table, upstream[other_table])
+        frame = read_documents(spark, lake, other_table, upstream[other_table], s3)
         others = frame if others is None else others.unionByName(frame)
 
     log(f"{source}: {step.kind} over {input_table}@{snapshot}")
@@ -129,7 +157,7 @@ def run_step(
                             upstream=upstream)
         lake.ensure_table(table, REFINED_DOCUMENTS)
         commit = lake.commit(
-            table, _with_rows(write_parquet(lake, table, kept, list(REFINED_DOCUMENTS.as_arrow().names)),
+            table, _with_rows(write_parquet(lake, table, kept, list(REFINED_DOCUMENTS.as_arrow().names), s3),
                               stats["rows_out"]),
             stamp, mode="overwrite",
         )
@@ -140,7 +168,7 @@ def run_step(
         )
         exclusions = lake.commit(
             EXCLUSIONS_TABLE,
-            _with_rows(write_parquet(lake, EXCLUSIONS_TABLE, excluded, list(EXCLUSIONS.as_arrow().names)),
+            _with_rows(write_parquet(lake, EXCLUSIONS_TABLE, excluded, list(EXCLUSIONS.as_arrow().names), s3),
                        stats["rows_dropped"]),
             stamp.model_copy(update={"asset_key": f"{table.replace('.', '/')}:exclusions"}),
             mode="overwrite", overwrite_filter=And(EqualTo("source", source), EqualTo("step", step.kind)),
