@@ -14,6 +14,9 @@ export DAGSTER_HOME := $(FACTORY_HOME)/dagster
 export SPARK_LOCAL_IP := 127.0.0.1
 export HF_HUB_OFFLINE := 1
 export PYTHONUNBUFFERED := 1
+# The loopback profiles' throwaway credentials (the servers `make cluster-up` starts listen on
+# 127.0.0.1 only); a real profile names its own variables, set by whoever deploys it.
+export FACTORY_DAGSTER_PG_PASSWORD ?= factory-loopback-secret
 
 .PHONY: setup system instance demo test ui doctor clean cluster-up cluster-down
 

@@ -7,7 +7,7 @@ a run first asks, never at import.
 """
 
 
-from typing import Literal, Optional
+from typing import Optional
 
 from dagster import ConfigurableResource
 
@@ -19,8 +19,11 @@ from factory.sandbox import SandboxConfig
 class InferenceResource(ConfigurableResource):
     """Which engine serves an export inside a run (one engine per process, reused across assets)."""
 
-    kind: Optional[Literal["vllm", "transformers"]] = None
-    dtype: Optional[Literal["float32", "bfloat16", "float16"]] = None
+    # plain strings: Dagster config cannot take Optional[Literal]; EngineConfig validates them
+    kind: Optional[str] = None
+    """vllm or transformers; None = the profile's."""
+    dtype: Optional[str] = None
+    """float32, bfloat16 or float16; None = the profile's."""
     kv_cache_gib: Optional[float] = None
     gpu_memory_utilization: Optional[float] = None
     max_num_seqs: Optional[int] = None

@@ -9,10 +9,11 @@ sections (`base().derive(...)`). Pick one with `FACTORY_DEPLOY=<name>` (or `--de
   `make demo` and the tests use.
 - `loopback`: the cluster engines, started on 127.0.0.1 by `make cluster-up` — an Iceberg REST
   catalog with its warehouse on S3 (SeaweedFS), a Spark standalone master with two workers.
+- `loopback_postgres`: the embedded engines with the Dagster instance on loopback PostgreSQL.
 """
 
 from configs.deploy.embedded import embedded
-from configs.deploy.loopback import loopback
+from configs.deploy.loopback import loopback, loopback_postgres
 from factory.deploy import DeployConfig
 
-__all__ = ["DeployConfig", "embedded", "loopback"]
+__all__ = ["DeployConfig", "embedded", "loopback", "loopback_postgres"]
