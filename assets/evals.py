@@ -1,8 +1,9 @@
-"""`checkpoint_export` and `eval_scores`: one dynamic partition per checkpoint (`<run>@<step>`).
+"""`checkpoint_export` and `eval_scores`: one dynamic partition per evaluated checkpoint (`<run>@<step>`).
 
 The eval sensor adds a partition and requests a run for every checkpoint whose step is a
-multiple of its experiment's `eval_every`; any other checkpoint can be exported and evaluated
-from the UI once its partition exists (the training asset adds one per checkpoint it wrote).
+multiple of its experiment's `eval_every`; the training asset adds the run's last checkpoint.
+Other checkpoints stay rows of `train.checkpoints` (Dagster's dynamic partitions break at tens
+of thousands of keys): evaluate one with `factory eval <run>@<step>`, or add its key in the UI.
 
 `checkpoint_export` writes the Hugging Face Llama directory and runs the blocking
 `logits_match` check: ours, transformers and the engine must agree, or `eval_scores` does not

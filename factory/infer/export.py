@@ -197,7 +197,7 @@ def _digest(directory: Path) -> str:
 
 
 def _record(lake: Lake, export: ExportRef, checkpoint: TrainedCheckpoint, *, run_id: str, asset_key: str) -> None:
-    known = [r for r in lake.lineage.records() if r.version_id == export.export_id]
+    known = lake.lineage.records(version_id=export.export_id)
     if known and known[-1].content_hash == export.sha256:
         return
     lake.lineage.record(LineageRecord(
@@ -222,7 +222,7 @@ def find_export(lake: Lake, ref: str) -> ExportRef:
                          step=int(step), path=path, sha256=_digest(path), tokenizer=meta["tokenizer"],
                          mix_version=meta["mix_version"])
     wanted = export_id_of(ref) if ref.startswith("ckpt/") else ref if ref.startswith("export/") else f"export/{ref}"
-    records = [r for r in lake.lineage.records() if r.kind == "export" and r.version_id == wanted]
+    records = lake.lineage.records(kind="export", version_id=wanted)
     if not records:
         raise ExportError(f"export {wanted}: not found in lineage (export its checkpoint first: "
                           f"`factory export {wanted.removeprefix('export/')}`)")
@@ -238,7 +238,7 @@ def find_export(lake: Lake, ref: str) -> ExportRef:
 
 def latest_export(lake: Lake) -> ExportRef:
     """The newest export recorded in lineage (what generators use by default)."""
-    records = [r for r in lake.lineage.records() if r.kind == "export"]
+    records = lake.lineage.records(kind="export")
     if not records:
         raise ExportError("no export in the lake yet: export a checkpoint first (`factory export <run>@<step>`)")
     return find_export(lake, records[-1].version_id)

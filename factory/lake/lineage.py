@@ -3,7 +3,16 @@
 A version is a table snapshot, a tokenizer, a mix version, a training run, a checkpoint, an export,
 an eval result set or a synthetic batch. Each row names its upstream versions, so the lineage graph
 is the rows themselves: `upstream_of` walks towards the sources, `downstream_of` towards every
-eval that used a thing. The table is small (one row per materialization), so walks read it whole.
+eval that used a thing.
+
+The table is not small at scale: ~10 rows per checkpoint (the checkpoint, its export, its evals)
+make a million rows at 100k checkpoints. So nothing here turns the whole table into records: a
+lookup pushes its filter into the scan (`records(kind=..., name=...)`), and a walk reads only the
+two graph columns (`version_id`, `upstream`) into adjacency dicts — kept for the table's current
+snapshot, so the several walks of one `factory lineage` read them once — and then fetches full
+records for the versions it reached. Each walk is linear in the table, not in table x depth (the
+first version read the table whole and, going downstream, rescanned every record per hop: a run's
+checkpoint chain is a hundred hops deep).
 
 A data commit and its lineage row are two Iceberg commits: the data goes first, so a crash in
 between leaves a snapshot without a row — still explained by its own summary properties — never a
@@ -17,6 +26,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, EqualTo, In, Or, StartsWith
 from pydantic import BaseModel, ConfigDict, Field
 
 from factory.lake.commit import CommitStamp, TableCommit
@@ -109,32 +119,66 @@ class LineageStore:
         )
         return self.lake.commit(LINEAGE_TABLE, data, stamp, schema=LINEAGE)
 
-    def records(self) -> list[LineageRecord]:
-        """Every lineage row, oldest first."""
+    def records(self, where: BooleanExpression | None = None, **equal: str) -> list[LineageRecord]:
+        """Lineage rows, oldest first: every row, or those matching `where` and `column=value`
+        equalities (e.g. `kind="tokenizer"`), filtered inside the scan."""
         if not self.lake.has_table(LINEAGE_TABLE):
             return []
-        rows = self.lake.table(LINEAGE_TABLE).scan().to_arrow().to_pylist()
+        row_filter = where if where is not None else AlwaysTrue()
+        for column, value in equal.items():
+            row_filter = And(row_filter, EqualTo(column, value))
+        rows = self.lake.table(LINEAGE_TABLE).scan(row_filter=row_filter).to_arrow().to_pylist()
         return sorted((LineageRecord(**r) for r in rows), key=lambda r: r.created_at)
 
     def resolve(self, ref: str) -> list[LineageRecord]:
         """Versions a user may mean by `ref`: a version id, a table or artifact name (its newest
         version), a URI, or a content-hash prefix of at least 8 characters."""
-        records = self.records()
-        exact = [r for r in records if r.version_id == ref or r.uri == ref]
+        exact = self.records(Or(EqualTo("version_id", ref), EqualTo("uri", ref)))
         if exact:
             return exact
-        named = [r for r in records if r.name == ref]
+        named = self.records(name=ref)
         if named:
             current = self.lake.current_snapshot_id(ref) if self.lake.has_table(ref) else None
             pinned = [r for r in named if current is not None and r.snapshot_id == current]
             return pinned or named[-1:]
         if len(ref) >= 8:
-            return [r for r in records if r.content_hash and r.content_hash.startswith(ref)]
+            return self.records(StartsWith("content_hash", ref))
         return []
+
+    def _by_id(self, version_ids: set[str]) -> dict[str, LineageRecord]:
+        """The record of each id (the newest row of an id written twice), fetched by filter."""
+        if not version_ids:
+            return {}
+        return {r.version_id: r for r in self.records(In("version_id", sorted(version_ids)))}
+
+    def _graph(self) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+        """(upstream, downstream) adjacency of the current snapshot: id -> ids, over every row."""
+        table = self.lake.table(LINEAGE_TABLE)
+        snapshot = table.current_snapshot()
+        key = snapshot.snapshot_id if snapshot else None
+        cached = getattr(self, "_graph_cache", None)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        edges = table.scan(selected_fields=("version_id", "upstream")).to_arrow()
+        up: dict[str, list[str]] = {}
+        down: dict[str, list[str]] = {}
+        for vid, upstream in zip(edges.column("version_id").to_pylist(), edges.column("upstream").to_pylist()):
+            up.setdefault(vid, []).extend(upstream)
+            for u in upstream:
+                down.setdefault(u, []).append(vid)
+        self._graph_cache = (key, (up, down))
+        return up, down
 
     def upstream_of(self, version_id: str) -> dict[str, Any]:
         """`{record, upstream: [tree, ...]}` towards the sources (unknown ids become leaves)."""
-        by_id = {r.version_id: r for r in self.records()}
+        if not self.lake.has_table(LINEAGE_TABLE):
+            return {"version_id": version_id, "record": None, "upstream": []}
+        up, _ = self._graph()
+        reached, frontier = {version_id}, [version_id]
+        while frontier:
+            frontier = [u for vid in frontier for u in up.get(vid, ()) if u not in reached]
+            reached.update(frontier)
+        by_id = self._by_id({v for v in reached if v in up})
 
         def walk(vid: str, seen: frozenset[str]) -> dict[str, Any]:
             record = by_id.get(vid)
@@ -147,13 +191,21 @@ class LineageStore:
 
     def downstream_of(self, version_id: str) -> list[LineageRecord]:
         """Every version produced (transitively) from `version_id`, in creation order."""
-        records = self.records()
-        found: dict[str, LineageRecord] = {}
-        frontier = {version_id}
+        if not self.lake.has_table(LINEAGE_TABLE):
+            return []
+        _, down = self._graph()
+        level: dict[str, int] = {}  # found id -> the hop it was found at
+        frontier, hop = {version_id}, 0
         while frontier:
-            nxt = {r.version_id for r in records if frontier & set(r.upstream) and r.version_id not in found}
-            for r in records:
-                if r.version_id in nxt:
-                    found[r.version_id] = r
-            frontier = nxt
-        return sorted(found.values(), key=lambda r: r.created_at)
+            frontier = {c for vid in frontier for c in down.get(vid, ()) if c not in level}
+            level.update((c, hop) for c in frontier)
+            hop += 1
+        records = self.records(In("version_id", sorted(level))) if level else []
+        first: dict[str, int] = {}
+        found: dict[str, LineageRecord] = {}
+        for i, r in enumerate(records):
+            first.setdefault(r.version_id, i)
+            found[r.version_id] = r  # the newest row of an id written twice
+        # ties in creation time keep the order of discovery: by hop, then by row
+        ordered = sorted(found, key=lambda vid: (level[vid], first[vid]))
+        return sorted((found[vid] for vid in ordered), key=lambda r: r.created_at)

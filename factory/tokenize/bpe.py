@@ -155,7 +155,7 @@ def train_tokenizer(
         seconds=round(time.monotonic() - started, 2),
     )
     _save(directory, blob, artifact)
-    if any(r.version_id == artifact.version_id for r in lake.lineage.records()):
+    if lake.lineage.records(version_id=artifact.version_id):
         log(f"{artifact.version_id} is already in the lake: same sample, same tokenizer")
         return artifact.model_copy(update={"new": False})
     lake.lineage.record(LineageRecord(
@@ -226,7 +226,7 @@ def load_tokenizer(path: str) -> Tokenizer:
 
 def latest_tokenizer(lake: Lake, name: str) -> TokenizerArtifact:
     """The newest trained tokenizer called `name`, from lineage."""
-    records = [r for r in lake.lineage.records() if r.kind == "tokenizer" and r.name == f"tokenizer/{name}"]
+    records = lake.lineage.records(kind="tokenizer", name=f"tokenizer/{name}")
     if not records:
         raise TokenizerError(f"no tokenizer named {name!r} in the lake: materialize the tokenizer asset first")
     record = records[-1]
