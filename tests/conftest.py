@@ -17,7 +17,9 @@ them to a lake; the mix, tokenizer, Dagster mix-asset and `factory mix` CLI test
 
 `build_training_lake(home)` adds a 512-token BPE `default` and mix `default` (what
 `configs.experiments.smoke()` asks for); `trained_checkpoints` trains a shortened smoke run on
-such a lake once per session, for the export, inference, eval and eval-asset tests. `run_rows`
+such a lake once per session, for the export, inference, eval and eval-asset tests;
+`rest_trained_checkpoints` trains the same run once per session on a REST warehouse, and
+`trained_on_catalog` is either one (`[sql]` / `[rest]`) for the tests that exercise the lake. `run_rows`
 writes checkpoint and eval rows with the project's own writers, without training (sweep results
 and auto-mixer tests)."""
 
@@ -251,8 +253,8 @@ class TrainedRun:
     run = "evalsmoke"
     steps, every = 8, 4
 
-    def __init__(self, lake: Lake):
-        self.lake = lake
+    def __init__(self, lake: Lake, profile):
+        self.lake, self.profile = lake, profile
         self.checkpoint_ids = [f"ckpt/{self.run}@{s}" for s in range(self.every, self.steps + 1, self.every)]
 
     @staticmethod
@@ -304,23 +306,47 @@ def run_rows() -> type[RunRows]:
     return RunRows
 
 
-@pytest.fixture(scope="session")
-def trained_checkpoints(tmp_path_factory, build_training_lake) -> TrainedRun:
-    """Train `TrainedRun` once per session (~10 s on CPU, one thread)."""
+def _train_session_run(home: Path, build_training_lake, profile) -> TrainedRun:
     import torch
 
     from factory.experiments import plan_experiment
     from factory.train.trainer import train
 
-    from configs.deploy import embedded
-
-    # session-scoped: always the sqlite catalog, whichever test first asks
-    lake = build_training_lake(tmp_path_factory.mktemp("trained") / "home", heldout_fraction=0.25,
-                               profile=embedded())
+    lake = build_training_lake(home, heldout_fraction=0.25, profile=profile)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         train(plan_experiment(lake, TrainedRun.experiment()), lake, run=TrainedRun.run)
     finally:
         torch.set_num_threads(threads)
-    return TrainedRun(lake)
+    return TrainedRun(lake, profile)
+
+
+@pytest.fixture(scope="session")
+def trained_checkpoints(tmp_path_factory, build_training_lake) -> TrainedRun:
+    """Train `TrainedRun` once per session (~10 s on CPU, one thread) on the sqlite catalog,
+    whichever test first asks (session-scoped: it never follows a `[rest]` test's catalog)."""
+    from configs.deploy import embedded
+
+    return _train_session_run(tmp_path_factory.mktemp("trained") / "home", build_training_lake, embedded())
+
+
+@pytest.fixture(scope="session")
+def rest_trained_checkpoints(tmp_path_factory, build_training_lake, rest_profile) -> TrainedRun:
+    """The same run, trained once per session on its own warehouse bucket of the session's
+    SeaweedFS (~10 s): every table on S3, checkpoint files under its home."""
+    return _train_session_run(tmp_path_factory.mktemp("trained-rest") / "home", build_training_lake,
+                              _fresh_warehouse(rest_profile))
+
+
+@pytest.fixture(params=["sql", pytest.param("rest", marks=pytest.mark.rest)])
+def trained_on_catalog(request, monkeypatch) -> TrainedRun:
+    """`trained_checkpoints` (`[sql]`) or `rest_trained_checkpoints` (`[rest]`), its profile handed
+    down in `FACTORY_DEPLOY_JSON` (so `factory ...` in process and child processes open that lake):
+    for the tests that exercise the lake (export and eval lineage, `evals.results`, `find_export`)."""
+    from factory.deploy import profile_env
+
+    trained = request.getfixturevalue("trained_checkpoints" if request.param == "sql" else "rest_trained_checkpoints")
+    for name, value in profile_env(trained.profile).items():
+        monkeypatch.setenv(name, value)
+    return trained

@@ -1,12 +1,17 @@
 """The `factory` command line: sql, lineage, tables, ingest and doctor, on a small lake in tmp_path.
 
-These run on CPU with no server: the lake is the embedded sqlite catalog with a `file://`
-warehouse, built once per module from a tiny directory source (six files, ingested twice so the
-raw table has history), a derived `refined.tiny` snapshot and a tokenizer artifact row, so
-lineage has something upstream and downstream. Commands run in-process through
-`factory.cli.main([...])` (exit code + captured output) and once through the real console script
-in a subprocess with FACTORY_HOME set. `doctor` is checked for structure and fix hints, never for
-what this machine happens to have installed (bubblewrap may be missing).
+The lake is built once per catalog from a tiny directory source (six files, ingested twice so
+the raw table has history), a derived `refined.tiny` snapshot and a tokenizer artifact row, so
+lineage has something upstream and downstream. `lake_home` is parametrized: `[sql]`, the
+embedded sqlite catalog with a `file://` warehouse (no server), and `[rest]` (marked `rest`), an
+Iceberg REST catalog over S3 — a warehouse bucket of the session's SeaweedFS on free loopback
+ports, its profile handed to the commands in FACTORY_DEPLOY_JSON. Commands run in-process through
+`factory.cli.main([...])` (exit code + captured output; `--home` only, the catalog comes from the
+profile) and through the real console script in a subprocess with FACTORY_HOME and the profile
+in its environment. The sql, lineage and tables tests run on both catalogs; ingest, doctor and
+the pipe tests, which build or need no shared lake, on the embedded one. `doctor` is checked for
+structure and fix hints, never for what this machine happens to have installed (bubblewrap may be
+missing). ~15 s; the `[rest]` half ~8 s (building the REST lake ~3 s, two console-script runs).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -24,7 +30,8 @@ import pytest
 from factory import cli, doctor
 from factory.data.ingest import ingest_source
 from factory.data.sources import DirectorySource
-from factory.lake import CommitStamp, Lake, LineageRecord
+from factory.deploy import open_lake, profile_env
+from factory.lake import CommitStamp, LineageRecord
 from factory.lake.lineage import snapshot_record
 from factory.lake.schemas import RAW_DOCUMENTS
 from factory.lake.sql import query
@@ -37,15 +44,24 @@ FILES = {
 TOKENIZER_URI = "file:///artifacts/tokenizer/0123abcd4567ef89.json"
 
 
-@pytest.fixture(scope="module")
-def lake_home(tmp_path_factory) -> dict:
-    """A lake with raw.tiny (two snapshots), refined.tiny read from it, and a tokenizer row."""
+@pytest.fixture(scope="module", params=["sql", pytest.param("rest", marks=pytest.mark.rest)])
+def lake_home(request, tmp_path_factory) -> dict:
+    """A lake with raw.tiny (two snapshots), refined.tiny read from it, and a tokenizer row, on
+    the embedded catalog or on a fresh warehouse bucket of the session's SeaweedFS; `profile` is
+    the deploy profile that opens it."""
+    from configs.deploy import embedded
+    from factory.deploy.seaweed import create_warehouse
+
+    if request.param == "sql":
+        profile = embedded()
+    else:
+        profile = create_warehouse(request.getfixturevalue("rest_profile"), f"cli-{uuid.uuid4().hex[:12]}")
     root = tmp_path_factory.mktemp("source")
     for rel, text in FILES.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
     home = tmp_path_factory.mktemp("home")
-    lake = Lake.open(home=home)
+    lake = open_lake(profile, home)
     source = DirectorySource(name="tiny", root=str(root), include=["**/*.py", "**/*.md", "**/*.txt"])
     first = ingest_source(lake, source)
     (root / "d.py").write_text("d = 4\n")
@@ -65,13 +81,18 @@ def lake_home(tmp_path_factory) -> dict:
     lake.lineage.record(tokenizer)
     languages = Counter({"python": 4, "markdown": 2, "text": 1})
     return {"home": str(home), "first": first, "second": second, "refined": refined,
-            "tokenizer": tokenizer, "languages": languages}
+            "tokenizer": tokenizer, "languages": languages, "profile": profile}
 
 
 @pytest.fixture(autouse=True)
-def embedded_catalog(monkeypatch):
+def deploy_env(request, monkeypatch):
+    """No profile from the developer's shell; a test on `lake_home` gets that lake's profile in
+    FACTORY_DEPLOY_JSON (set after the deletion: this fixture asks for `lake_home` itself)."""
     monkeypatch.delenv("FACTORY_DEPLOY", raising=False)
     monkeypatch.delenv("FACTORY_DEPLOY_JSON", raising=False)
+    if "lake_home" in request.fixturenames:
+        for name, value in profile_env(request.getfixturevalue("lake_home")["profile"]).items():
+            monkeypatch.setenv(name, value)
 
 
 def run(capsys, home: str, *args: str) -> tuple[int, str, str]:
@@ -92,7 +113,7 @@ def test_sql_group_by_matches_the_source(lake_home, capsys):
 
 
 def test_query_returns_arrow_and_works_without_local_metadata(lake_home, monkeypatch):
-    lake = Lake.open(home=lake_home["home"])
+    lake = open_lake(lake_home["profile"], lake_home["home"])
     sql = "select count(*) as n, sum(bytes) as b from raw.tiny"
     expected = query(lake, sql)
     assert isinstance(expected, pa.Table)
@@ -243,9 +264,7 @@ def test_doctor_failures_say_how_to_fix(tmp_path, monkeypatch, capsys):
 def test_console_script_in_a_subprocess(lake_home):
     script = Path(sys.executable).parent / "factory"
     command = [str(script)] if script.exists() else [sys.executable, "-m", "factory.cli"]
-    env = {**os.environ, "FACTORY_HOME": lake_home["home"]}
-    for name in ("FACTORY_DEPLOY", "FACTORY_DEPLOY_JSON"):  # the embedded profile
-        env.pop(name, None)
+    env = {**os.environ, "FACTORY_HOME": lake_home["home"], **profile_env(lake_home["profile"])}
     done = subprocess.run([*command, "sql", "select count(*) as n from raw.tiny", "--format", "csv"],
                           capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -254,11 +273,11 @@ def test_console_script_in_a_subprocess(lake_home):
     assert done.returncode == 1 and "raw.missing" in done.stderr
 
 
-def test_a_reader_that_stops_early_is_not_a_failure(lake_home):
+def test_a_reader_that_stops_early_is_not_a_failure(tmp_path):
     """`factory lineage X | head -1` under `set -o pipefail` (as .ci/smoke_graph runs): exit 0, no traceback."""
     script = Path(sys.executable).parent / "factory"
     command = str(script) if script.exists() else f"{sys.executable} -m factory.cli"
-    env = {**os.environ, "FACTORY_HOME": lake_home["home"], "COLUMNS": "60"}
+    env = {**os.environ, "FACTORY_HOME": str(tmp_path), "COLUMNS": "60"}
     for name in ("FACTORY_DEPLOY", "FACTORY_DEPLOY_JSON"):  # the embedded profile
         env.pop(name, None)
     # Enough output to outlast the pipe buffer, so the write after `head` has gone really fails.

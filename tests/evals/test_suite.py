@@ -1,11 +1,19 @@
 """The eval suite end to end on a real trained checkpoint: bits per byte per held-out source,
 next-line completion, HumanEval in the sandbox — through vLLM — into `evals.results` /
 `evals.samples` with lineage back to the source snapshots; re-evaluating replaces rows; the score
-table shows the change from the previous checkpoint. Plus the tasks' building blocks. CPU."""
+table shows the change from the previous checkpoint. Plus the tasks' building blocks. CPU.
+
+What goes through the lake also runs on the Iceberg REST catalog (`trained_on_catalog`: `[sql]`,
+and `[rest]` on the session's SeaweedFS with its run trained once on S3 tables): results, samples
+and the lineage walk of a small suite scored with transformers (no vLLM), replaced by a re-run,
+read back through a new client; and the held-out documents of the mix split. The vLLM suite
+tests stay on sqlite."""
 
 import pytest
+from pyiceberg.expressions import EqualTo
 
 from configs.evals import suite as named_suite
+from factory.deploy import open_lake
 from factory.evals import SuiteConfig, evaluate, results
 from factory.evals.bpb import _windows
 from factory.evals.completion import LineCompletionConfig, examples
@@ -82,6 +90,45 @@ def test_reevaluating_replaces_the_rows(evaluated):
     assert len(results(lake, "evalsmoke", "quick")) == before - 7 + 4  # 4 bpb + 2 completion + 1 humaneval replaced
 
 
+def test_scores_samples_and_lineage_land_in_the_catalog_of_the_run(trained_on_catalog):
+    """Two tasks through transformers on step 8, then the same suite name with bpb only: the
+    overwrite leaves only the new rows and samples (an Iceberg delete + append on either catalog)."""
+    lake, profile = trained_on_catalog.lake, trained_on_catalog.profile
+    eval_id = "eval/evalsmoke@8/lakecheck"
+    export = export_checkpoint(lake, "ckpt/evalsmoke@8")
+    engine = open_engine(export, EngineConfig(kind="transformers"))
+    bpb = {"task": "bpb", "max_docs": 2, "max_bytes_per_doc": 256}
+    suite = SuiteConfig(name="lakecheck", tasks=[bpb, {"task": "line_completion", "max_examples": 4}])
+
+    def stored() -> tuple[list[dict], list[dict]]:
+        reader = open_lake(profile, lake.home)  # a new client of the same catalog
+        samples = reader.table("evals.samples").scan(row_filter=EqualTo("eval_id", eval_id)).to_arrow().to_pylist()
+        return results(reader, "evalsmoke", "lakecheck"), samples
+
+    report = evaluate(lake, export, engine, suite, tokens=8 * 4096, log=lambda m: None)
+    rows, samples = stored()
+    assert report.eval_id == eval_id and {r["eval_id"] for r in rows} == {eval_id}
+    metrics = {(r["task"], r["metric"]): r for r in rows}
+    assert 0.5 < metrics[("bpb", "all")]["value"] < 12 and metrics[("line_completion", "exact_match")]["n"] == 4
+    assert {r["engine"] for r in rows} == {"transformers"}
+    assert sum(s["task"] == "line_completion" for s in samples) == 4
+    seen = set()
+
+    def walk(node):
+        seen.add(node["version_id"])
+        for child in node["upstream"]:
+            walk(child)
+
+    walk(LineageStore(open_lake(profile, lake.home)).upstream_of(eval_id))
+    assert {eval_id, "export/evalsmoke@8", "ckpt/evalsmoke@8", "mix/default@v1"} <= seen
+    assert any(v.startswith("refined.python_stdlib@") for v in seen)
+
+    evaluate(lake, export, engine, SuiteConfig(name="lakecheck", tasks=[bpb]), tokens=8 * 4096, log=lambda m: None)
+    rows, samples = stored()
+    assert {r["task"] for r in rows} == {"bpb"} and len(rows) == 4  # 3 sources + all
+    assert not [s for s in samples if s["task"] == "line_completion"]
+
+
 def test_windows_predict_every_token_exactly_once():
     ids = list(range(1000))
     windows = _windows(ids, 255)
@@ -100,8 +147,8 @@ def test_line_completion_examples_are_deterministic_lines_of_the_file():
     assert source.startswith(prompt + "\n" + target)
 
 
-def test_heldout_documents_follow_the_mix_split(trained_checkpoints):
-    lake = trained_checkpoints.lake
+def test_heldout_documents_follow_the_mix_split(trained_on_catalog):
+    lake = trained_on_catalog.lake
     held = heldout_docs(lake, "mix/default@v1", "refined.python_stdlib")
     from factory.data.split import is_heldout
 

@@ -25,8 +25,11 @@ def make_lake(tmp_path, build_training_lake) -> Callable[..., Lake]:
 @pytest.fixture(scope="module")
 def shared_lake(tmp_path_factory, build_training_lake) -> Lake:
     """One training lake for a test module; its tests keep apart by run name (checkpoints, metrics,
-    incidents, lineage and MLflow runs are all keyed by run)."""
-    return build_training_lake(tmp_path_factory.mktemp("shared") / "home")
+    incidents, lineage and MLflow runs are all keyed by run). Always the embedded sqlite catalog:
+    a module-scoped lake must not follow whichever `[rest]` test happens to build it first."""
+    from factory.deploy import load_profile
+
+    return build_training_lake(tmp_path_factory.mktemp("shared") / "home", profile=load_profile("embedded"))
 
 
 class CollectingReporter(Reporter):

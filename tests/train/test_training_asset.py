@@ -14,13 +14,27 @@ Through `materialize([training_run], partition_key=SMOKE)` (the smoke experiment
 - a lake without the mix, and `checkpoint_every=0`, fail in the asset body: nothing is launched
   (no `runs/` directory, no MLflow store).
 
+On the Iceberg REST catalog (`[rest]`, the session's SeaweedFS; the asset's `LakeResource`
+follows the profile the `catalog` fixture hands down in FACTORY_DEPLOY_JSON, and the asset hands
+it to the trainer the same way):
+
+- the bad configs above fail the same way, with no `train.checkpoints` row in the REST lake;
+- a killed run of 4 steps (SIGKILL after step 3) and its relaunch, the profile given to the
+  `LakeResource` as a file and named nowhere in the environment (so the trainer learns it only
+  from the asset, through FACTORY_DEPLOY_JSON): both trainer subprocesses write to the REST lake
+  — `train.checkpoints` holds steps 2 and 4, `train.metrics` one loss row per step (step 3's row
+  died unflushed with the first process), lineage chains ckpt@4 to ckpt@2, every table lives in
+  the profile's warehouse bucket — and no sqlite catalog appears under FACTORY_HOME (the trainer
+  once opened the embedded catalog there, so its checkpoints and metrics landed in the wrong lake).
+
 Without Dagster: `python -m factory.train --experiment-json` with an unknown field exits 2 naming
 the field's path; a negative learning rate and heads that do not divide the width fail
 `ExperimentConfig` validation naming `optimizer.lr` and `n_heads`.
 
-Runs on CPU, one intra-op thread per process; no servers, no network. The Dagster and
-subprocess tests are `slow` (~2 min on 2 cores: three training processes of 8, 5 and 5 steps,
-each importing torch and MLflow); the validation tests take milliseconds.
+Runs on CPU, one intra-op thread per process; no network beyond loopback. The Dagster and
+subprocess tests are `slow` (~2 min on 2 cores for sqlite: three training processes of 8, 5 and 5
+steps, each importing torch and MLflow; the REST tests add ~1 min: two processes of 3 and 2
+steps, and a training lake built on S3 for each); the validation tests take milliseconds.
 """
 
 from __future__ import annotations
@@ -45,12 +59,12 @@ RUN_CONFIG = {"ops": {"training_run": {"config": {"steps": 8, "checkpoint_every"
 SMOKE = run_name(smoke())
 
 
-def materialize_smoke(home, run_config=RUN_CONFIG, instance: DagsterInstance | None = None):
+def materialize_smoke(home, run_config=RUN_CONFIG, instance: DagsterInstance | None = None, deploy: str | None = None):
     instance = instance or DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("training_runs", [SMOKE])
     return materialize(
         [training_run], partition_key=SMOKE,
-        resources={"lake": LakeResource(home=str(home)), "tracker": TrackerResource(),
+        resources={"lake": LakeResource(home=str(home), deploy=deploy), "tracker": TrackerResource(),
                    "pipes_subprocess_client": PipesSubprocessClient(cwd=str(CHECKOUT))},
         run_config=run_config, instance=instance, raise_on_error=False,
     )
@@ -115,6 +129,7 @@ def test_killed_run_relaunches_from_its_last_checkpoint_and_matches_an_uninterru
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("catalog")
 def test_bad_configs_fail_in_the_asset_before_any_process_starts(make_lake, training_env):
     lake = make_lake("nomix", mix=False)  # refined tables and the tokenizer, no mix registered
     launched = [artifacts_dir(lake.home) / "runs", lake.home / "mlflow"]
@@ -130,6 +145,41 @@ def test_bad_configs_fail_in_the_asset_before_any_process_starts(make_lake, trai
 
     assert [p for p in launched if p.exists()] == [], "a training process was started"
     assert checkpoints(lake, SMOKE) == []
+
+
+@pytest.mark.slow
+@pytest.mark.rest
+@pytest.mark.parametrize("catalog", ["rest"], indirect=True)
+def test_trainer_subprocesses_write_to_the_rest_lake_and_create_no_sqlite_catalog(catalog, make_lake, training_env):
+    lake = make_lake("rest")
+    home, short = lake.home, {"ops": {"training_run": {"config": {"steps": 4, "checkpoint_every": 2}}}}
+    ids = [f"ckpt/{SMOKE}@2", f"ckpt/{SMOKE}@4"]
+    # the resource gets the profile as a file and this process's environment names none, so the
+    # trainer can only learn it from the asset (profile_env in the Pipes launch)
+    deploy = home.parent / "rest-profile.json"
+    deploy.write_text(catalog.profile.model_dump_json())
+    training_env.delenv("FACTORY_DEPLOY_JSON")
+    training_env.delenv("FACTORY_DEPLOY")
+
+    training_env.setenv("FACTORY_FAULTS", json.dumps({"kill_at_step": 3}))
+    first = materialize_smoke(home, short, deploy=str(deploy))
+    assert not first.success and "process failed with code -9" in failure(first), failure(first)
+    training_env.delenv("FACTORY_FAULTS")
+    second = materialize_smoke(home, short, deploy=str(deploy))
+    assert second.success, failure(second)
+    assert metadata(second)["checkpoints"] == ids[1:], "the relaunch resumed after step 2"
+
+    fresh = catalog.lake(home)  # a new client: what the two trainer processes committed
+    assert [r["checkpoint_id"] for r in checkpoints(fresh, SMOKE)] == ids
+    losses = [r for r in fresh.table("train.metrics").scan().to_arrow().to_pylist()
+              if r["run"] == SMOKE and r["name"] == "loss"]
+    assert sorted(r["step"] for r in losses) == [1, 2, 3, 4]
+    lineage = {r.version_id: r for r in fresh.lineage.records() if r.kind == "checkpoint"}
+    assert sorted(lineage) == ids and lineage[ids[1]].upstream[-1] == ids[0]
+    warehouse = catalog.profile.catalog.warehouse + "/"
+    for name in ("train.checkpoints", "train.metrics", "factory.lineage"):
+        assert fresh.table(name).location().startswith(warehouse), name
+    assert list(home.rglob("catalog.db")) == [] and not (home / "lake").exists(), "an embedded catalog was opened"
 
 
 @pytest.mark.slow
