@@ -80,8 +80,10 @@ def spark_session_for(profile: SparkProfile, app_name: str = "model-factory", s3
     if profile.loopback:
         # setting (never reading) the process environment: the JVM the builder launches binds here
         os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
-    if profile.local:
-        os.environ.setdefault("PYSPARK_PYTHON", conf["spark.pyspark.python"])
+    # pyspark's SparkContext takes the Python its executors run from the driver's PYSPARK_PYTHON
+    # (not from spark.pyspark.python), for every master: unset, a standalone cluster's executors run
+    # whatever `python3` their PATH finds, without the factory's packages
+    os.environ["PYSPARK_PYTHON"] = conf["spark.pyspark.python"]
     builder = SparkSession.builder.master(profile.master).appName(app_name)
     for key, value in conf.items():
         builder = builder.config(key, value)

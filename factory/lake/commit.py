@@ -134,7 +134,11 @@ def commit_with_retry(
                 if isinstance(data, ParquetFiles):
                     if replace:
                         tx.delete(where, snapshot_properties=properties)
-                    tx.add_files(data.paths, snapshot_properties=properties)
+                    # the files are new by construction (a fresh uuid staging directory per write),
+                    # and pyiceberg's duplicate check crashes on a snapshot left with no data files
+                    # ("Must pass at least one table": an overwrite that emptied the table in this
+                    # same transaction, as a source's exclusions replacing the last ones do)
+                    tx.add_files(data.paths, snapshot_properties=properties, check_duplicate_files=False)
                 else:
                     data = _conform(data, table, name)
                     if replace:

@@ -230,3 +230,32 @@ def test_the_chain_on_the_cluster_over_rest_and_s3_decides_like_local(cluster_sp
     # without the pyarrow settings, Spark (no S3A jars) is told so, naming the table
     with pytest.raises(LakeError, match=r"raw\.toy: data files are on object storage .* no S3A"):
         run_step(cluster_spark, lake, TOY.PIPELINE, 0)
+
+
+EXECUTOR_PROBE = """
+from factory.data.spark import spark_session
+spark = spark_session({master!r}, app_name="executor-python-probe")
+def probe(_):
+    import sys
+    import factory  # the factory's own package: what a refinement UDF unpickles
+    yield sys.prefix
+print("EXECUTOR_PREFIX", spark.sparkContext.parallelize([0], 1).mapPartitions(probe).collect()[0])
+spark.stop()
+"""
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_executors_run_the_drivers_venv_in_a_fresh_driver(cluster, tmp_path):
+    """A driver process that never ran a local session and has no PYSPARK_PYTHON: the executors
+    must still run this venv (pyspark takes the executors' Python from the driver's environment, so
+    a fresh `make demo` on the cluster failed with "No module named 'factory'" in every UDF)."""
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
+    done = subprocess.run([sys.executable, "-c", EXECUTOR_PROBE.format(master=cluster.url)], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = next(l for l in done.stdout.splitlines() if l.startswith("EXECUTOR_PREFIX"))
+    assert line.split(" ", 1)[1] == sys.prefix
