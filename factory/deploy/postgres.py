@@ -119,6 +119,7 @@ def start_postgres(data_dir: Path | str, *, port: int, password: str, user: str 
     data_dir, log_path = Path(data_dir).resolve(), Path(log_path)
     bindir = postgres_bindir()
     prefix, system_user = _run_as()
+    data_dir.parent.mkdir(parents=True, exist_ok=True)  # a fresh FACTORY_HOME/cluster has none of it yet
     if system_user is not None:
         _check_reachable(data_dir, system_user)
     new = not (data_dir / "PG_VERSION").exists()
