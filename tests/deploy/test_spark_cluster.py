@@ -253,6 +253,7 @@ def test_executors_run_the_drivers_venv_in_a_fresh_driver(cluster, tmp_path):
     import os
     import subprocess
 
+    _stop_session()  # a standalone app takes every free core: this process's session would starve the probe's
     env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
     done = subprocess.run([sys.executable, "-c", EXECUTOR_PROBE.format(master=cluster.url)], env=env, cwd=tmp_path,
                           capture_output=True, text=True, timeout=300)

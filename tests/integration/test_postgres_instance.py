@@ -87,8 +87,12 @@ def test_dagster_dev_keeps_runs_and_sensor_ticks_in_postgres(postgres_profile, f
 
     checkpoint = run_rows.checkpoint(lake, "pgsmoke", 4, loss=2.0)  # eval_every=4: due
     deadline = time.monotonic() + 180
-    while not (evals := query(postgres_profile, "SELECT run_id, status FROM runs WHERE pipeline_name = 'eval_job'")):
-        assert time.monotonic() < deadline, "checkpoint_eval_sensor requested no eval run"
+    # the sensor's tick creates the run (NOT_STARTED), then submits it to the queue (QUEUED, held there)
+    while True:
+        evals = query(postgres_profile, "SELECT run_id, status FROM runs WHERE pipeline_name = 'eval_job'")
+        if [status for _, status in evals] == ["QUEUED"]:
+            break
+        assert time.monotonic() < deadline, f"checkpoint_eval_sensor queued no eval run (runs: {evals})"
         time.sleep(2)
 
     runs = dict(query(postgres_profile, "SELECT pipeline_name, status FROM runs"))
