@@ -12,7 +12,8 @@ from typing import Optional
 from dagster import ConfigurableResource
 
 from factory.data.spark import spark_session_for
-from factory.deploy import load_profile
+from factory.deploy import DeployError, load_profile
+from factory.deploy.check import probe_spark_master
 from factory.deploy.config import SparkProfile
 
 
@@ -31,5 +32,10 @@ class SparkResource(ConfigurableResource):
         return SparkProfile.model_validate({**spark.model_dump(), **changes})
 
     def session(self):
-        profile = load_profile(self.deploy)
-        return spark_session_for(self.spark_profile(), self.app_name, s3=profile.catalog.s3)
+        profile, spark = load_profile(self.deploy), self.spark_profile()
+        # a master that does not answer fails the step now, naming the field, instead of after
+        # Spark's minute of retries ("All masters are unresponsive")
+        probe = probe_spark_master(spark.master)
+        if not probe.ok:
+            raise DeployError(f"deploy profile {profile.name}: {probe.field}: {probe.detail}")
+        return spark_session_for(spark, self.app_name, s3=profile.catalog.s3)

@@ -97,7 +97,10 @@ def probe_object_store(profile: DeployConfig) -> Probe | None:
 
 
 def probe_spark(profile: DeployConfig) -> Probe:
-    master = profile.spark.master
+    return probe_spark_master(profile.spark.master)
+
+
+def probe_spark_master(master: str) -> Probe:
     if master.startswith("spark://"):
         for hostport in master[len("spark://"):].split(","):
             host, port = hostport.rsplit(":", 1)

@@ -136,6 +136,14 @@ def test_check_reports_rejected_credentials(tmp_path):
     assert not server.alive()
 
 
+def test_spark_resource_fails_fast_on_a_master_that_does_not_answer(monkeypatch):
+    from resources import SparkResource
+
+    master = f"spark://127.0.0.1:{free_port()}"
+    with pytest.raises(DeployError, match=rf"deploy profile embedded: spark\.master: Spark master {master}: .*does not answer"):
+        SparkResource(master=master).session()
+
+
 def test_cli_deploy_check_fails_naming_the_field(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(f"spark: {{master: 'spark://127.0.0.1:{free_port()}'}}\n")
