@@ -108,4 +108,7 @@ def training_run(context, config: TrainingRunConfig, lake: LakeResource, tracker
             if r is rows[-1] or (r["eval_every"] > 0 and r["step"] % r["eval_every"] == 0)]
     context.instance.add_dynamic_partitions(checkpoint_partitions.name, keys)
     return MaterializeResult(metadata={**(result.metadata or {}), "card": MetadataValue.md(card),
-                                       "config_hash": plan.config_hash, "experiment": plan.experiment.name})
+                                       "config_hash": plan.config_hash, "experiment": plan.experiment.name,
+                                       "deploy": f"{profile.name}: {profile.catalog.kind} catalog "
+                                                 f"{profile.catalog.uri or 'under FACTORY_HOME'}, "
+                                                 f"{profile.training.launcher} launcher"})

@@ -116,6 +116,7 @@ def test_killed_run_relaunches_from_its_last_checkpoint_and_matches_an_uninterru
     assert meta["loss_curve"].startswith("![") and "data:image/png;base64," in meta["loss_curve"]
     assert meta["card"].startswith("# Experiment `smoke`") and "| length | 8 steps" in meta["card"]
     assert meta["mix_version"] == "mix/default@v1"
+    assert meta["deploy"] == "embedded: sql catalog under FACTORY_HOME, local launcher"
 
     third = materialize_smoke(straight.home)
     assert third.success, failure(third)
@@ -168,6 +169,7 @@ def test_trainer_subprocesses_write_to_the_rest_lake_and_create_no_sqlite_catalo
     second = materialize_smoke(home, short, deploy=str(deploy))
     assert second.success, failure(second)
     assert metadata(second)["checkpoints"] == ids[1:], "the relaunch resumed after step 2"
+    assert metadata(second)["deploy"] == f"{catalog.profile.name}: rest catalog {catalog.profile.catalog.uri}, local launcher"
 
     fresh = catalog.lake(home)  # a new client: what the two trainer processes committed
     assert [r["checkpoint_id"] for r in checkpoints(fresh, SMOKE)] == ids
