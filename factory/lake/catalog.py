@@ -17,11 +17,13 @@ manifest key. The errors name the deploy profile's field (`catalog.credential`,
 from __future__ import annotations
 
 import functools
+import re
 import uuid
 from pathlib import Path
 from typing import Callable, Literal
 
 import pyarrow as pa
+import requests
 from pydantic import BaseModel, ConfigDict, Field
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import ForbiddenError, NoSuchTableError, OAuthError, UnauthorizedError
@@ -173,6 +175,9 @@ def _open_rest(name: str, props: dict[str, str]) -> Catalog:
     sigv4 = props.get("rest.sigv4-enabled", "false").lower() == "true"
     try:
         catalog = load_catalog(name, **props)
+    except requests.exceptions.ConnectionError:
+        raise LakeError(f"catalog.uri: the REST catalog at {uri} does not answer (is it running? "
+                        f"`factory deploy check` asks every engine; `make cluster-up` starts the loopback ones)") from None
     except OAuthError as e:
         raise LakeError(f"catalog.credential: the REST catalog at {uri} refused the OAuth2 client "
                         f"credential ({e})") from None
@@ -196,6 +201,8 @@ def _check_bucket(props: dict[str, str], warehouse: str) -> None:
     try:
         info = io.fs_by_scheme(scheme, bucket).get_file_info(bucket)
     except OSError as e:
+        if re.search(r"NETWORK_CONNECTION|Could not connect|Connection refused|curlCode: 7", str(e)):
+            raise LakeError(f"catalog.s3.endpoint: the object store at {endpoint} does not answer") from None
         raise LakeError(f"{KEYS_FIELD}: the object store at {endpoint} refused the keys for bucket "
                         f"{bucket} ({str(e).strip()})") from None
     if info.type == fs.FileType.NotFound:

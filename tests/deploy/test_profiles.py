@@ -136,6 +136,20 @@ def test_check_reports_rejected_credentials(tmp_path):
     assert not server.alive()
 
 
+def test_a_rest_catalog_that_does_not_answer_is_one_line_naming_the_field(tmp_path):
+    from factory.lake import LakeError
+
+    profile = _rest_profile(f"http://127.0.0.1:{free_port()}")
+    with pytest.raises(LakeError, match=r"^catalog\.uri: the REST catalog at http://127\.0\.0\.1:\d+ does not answer"):
+        open_lake(profile, home=tmp_path)
+    path = tmp_path / "down.json"
+    path.write_text(profile.model_dump_json())
+    done = subprocess.run([sys.executable, "-m", "factory.cli", "--home", str(tmp_path), "--deploy", str(path), "tables"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.startswith("factory tables: error: catalog.uri: the REST catalog at"), done.stderr
+
+
 def test_spark_resource_fails_fast_on_a_master_that_does_not_answer(monkeypatch):
     from resources import SparkResource
 
