@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import os
 import sysconfig
 import uuid
 from dataclasses import dataclass
@@ -87,6 +88,24 @@ class Corpus:
             data = pa.Table.from_pylist(rows[i:i + step], schema=REFINED_DOCUMENTS.as_arrow())
             snapshot = lake.commit(table, data, self.stamp, schema=REFINED_DOCUMENTS).snapshot_id
         return snapshot
+
+
+DEPLOY_VARIABLES = ("FACTORY_DEPLOY", "FACTORY_DEPLOY_JSON")
+
+
+@pytest.fixture(autouse=True)
+def restore_deploy_environment():
+    """Every test ends with the profile variables it started with. `factory --deploy X` hands its
+    profile to the processes it starts by exporting them (settings.export), and monkeypatch's
+    `delenv` of an unset variable records nothing to restore, so a CLI test would otherwise leak
+    its profile into every test after it."""
+    before = {name: os.environ.get(name) for name in DEPLOY_VARIABLES}
+    yield
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @pytest.fixture(scope="session")
