@@ -58,12 +58,14 @@ class ArrowS3:
         return cls(endpoint=s3.endpoint, region=s3.region, access_key=key, secret_key=secret,
                    path_style=s3.path_style)
 
-    def filesystem(self):
+    def filesystem(self, timeout_s: float = 60, attempts: int = 3):
         from pyarrow import fs
 
         return fs.S3FileSystem(endpoint_override=self.endpoint, access_key=self.access_key,
                                secret_key=self.secret_key, region=self.region,
-                               force_virtual_addressing=not self.path_style, connect_timeout=10, request_timeout=60)
+                               force_virtual_addressing=not self.path_style, connect_timeout=min(10, timeout_s),
+                               request_timeout=timeout_s,
+                               retry_strategy=fs.AwsStandardS3RetryStrategy(max_attempts=attempts))
 
 
 def fs_path(uri: str) -> str:

@@ -11,7 +11,6 @@ half-made demo.
 
 from __future__ import annotations
 
-import re
 import socket
 import urllib.error
 import urllib.request
@@ -21,8 +20,7 @@ from urllib.parse import urlparse
 
 from factory.deploy.config import DeployConfig, DeployError
 
-REJECTED = re.compile(r"401|403|unauthori[sz]ed|forbidden|access ?denied|invalid ?access ?key|signature|"
-                      r"bearer token is invalid|credential", re.IGNORECASE)
+CREDENTIAL_FIELDS = ("catalog.credential", "catalog.token", "catalog.s3.access_key_id")
 TIMEOUT_S = 5.0
 
 
@@ -52,20 +50,19 @@ def _tcp(host: str, port: int) -> str | None:
 
 def probe_catalog(profile: DeployConfig, home: Path) -> Probe:
     from factory.deploy.profiles import catalog_config
-    from factory.lake import Lake
+    from factory.lake import Lake, LakeError
 
     c = profile.catalog
     where = c.uri or "sqlite under FACTORY_HOME/lake"
     try:
         lake = Lake.open(catalog_config(profile), home=home)
         namespaces = lake.catalog.list_namespaces()
-    except DeployError as e:
-        return Probe(str(e).split(":")[0], "catalog", False, str(e))
+    except (DeployError, LakeError) as e:
+        # opening the lake already names the field (catalog.uri, catalog.credential, catalog.s3.*)
+        field = str(e).split(":")[0]
+        what = "rejected the credentials" if field.startswith(CREDENTIAL_FIELDS) else "failed"
+        return Probe(field, "catalog", False, f"{where} {what}: {e}")
     except Exception as exc:  # noqa: BLE001 - every failure is reported with the field to fix
-        if REJECTED.search(str(exc)):
-            field = "catalog.credential" if c.credential else "catalog.token" if c.token else \
-                "catalog.s3.access_key_id" if c.sigv4 else "catalog.credential"
-            return Probe(field, "catalog", False, f"{where} rejected the credentials: {_why(exc)}")
         return Probe("catalog.uri", "catalog", False, f"{where} does not answer: {_why(exc)}")
     return Probe("catalog", "catalog", True, f"{c.kind} catalog at {where}: {len(namespaces)} namespaces")
 
@@ -76,23 +73,22 @@ def probe_object_store(profile: DeployConfig) -> Probe | None:
         return None
     from pyarrow import fs
 
+    from factory.data.objectstore import ArrowS3
+    from factory.lake.catalog import object_store_unreachable
+
     bucket = urlparse(profile.catalog.warehouse).netloc
-    endpoint = urlparse(s3.endpoint) if s3.endpoint else None
     try:
-        key, secret = s3.keys("catalog.s3")
+        store = ArrowS3.of(s3).filesystem(timeout_s=TIMEOUT_S, attempts=1)
     except DeployError as e:
         return Probe(str(e).split(":")[0], "object store", False, str(e))
     try:
-        store = fs.S3FileSystem(access_key=key, secret_key=secret, region=s3.region,
-                                endpoint_override=endpoint.netloc if endpoint else None,
-                                scheme=endpoint.scheme if endpoint else "https", connect_timeout=TIMEOUT_S,
-                                request_timeout=TIMEOUT_S, retry_strategy=fs.AwsStandardS3RetryStrategy(max_attempts=1))
         info = store.get_file_info(fs.FileSelector(bucket, recursive=False, allow_not_found=True))
-    except Exception as exc:  # noqa: BLE001
-        if REJECTED.search(str(exc)):
-            return Probe("catalog.s3.access_key_id", "object store", False,
-                         f"{s3.endpoint or 'S3'} rejected the keys: {_why(exc)}")
-        return Probe("catalog.s3.endpoint", "object store", False, f"{s3.endpoint or 'S3'} does not answer: {_why(exc)}")
+    except OSError as exc:
+        if object_store_unreachable(exc):
+            return Probe("catalog.s3.endpoint", "object store", False,
+                         f"{s3.endpoint or 'S3'} does not answer: {_why(exc)}")
+        return Probe("catalog.s3.access_key_id", "object store", False,
+                     f"{s3.endpoint or 'S3'} rejected the keys: {_why(exc)}")
     return Probe("catalog.s3", "object store", True, f"s3://{bucket} at {s3.endpoint or 'AWS'}: {len(info)} entries")
 
 

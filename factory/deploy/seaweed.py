@@ -93,12 +93,9 @@ def weed_command(data_dir: Path, profile: DeployConfig, config_file: Path) -> li
 
 def s3_filesystem(profile: DeployConfig):
     """pyarrow's S3 file system on the profile's object store (paths are `bucket/key`)."""
-    from pyarrow import fs
+    from factory.data.objectstore import ArrowS3
 
-    s3 = profile.catalog.s3
-    key, secret = s3.keys("catalog.s3")
-    return fs.S3FileSystem(endpoint_override=s3.endpoint, access_key=key, secret_key=secret, region=s3.region,
-                           force_virtual_addressing=not s3.path_style, connect_timeout=5, request_timeout=30)
+    return ArrowS3.of(profile.catalog.s3).filesystem(timeout_s=30)
 
 
 def _rest_answers(profile: DeployConfig) -> bool:

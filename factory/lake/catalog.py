@@ -167,6 +167,12 @@ class Lake:
 
 
 KEYS_FIELD = "catalog.s3.access_key_id / catalog.s3.secret_access_key"
+UNREACHABLE = re.compile(r"NETWORK_CONNECTION|Could not connect|Connection refused|curlCode: 7")
+
+
+def object_store_unreachable(error: OSError) -> bool:
+    """Whether pyarrow's S3 error says nothing answered (as opposed to a refusal of the keys)."""
+    return bool(UNREACHABLE.search(str(error)))
 
 
 def _open_rest(name: str, props: dict[str, str]) -> Catalog:
@@ -201,7 +207,7 @@ def _check_bucket(props: dict[str, str], warehouse: str) -> None:
     try:
         info = io.fs_by_scheme(scheme, bucket).get_file_info(bucket)
     except OSError as e:
-        if re.search(r"NETWORK_CONNECTION|Could not connect|Connection refused|curlCode: 7", str(e)):
+        if object_store_unreachable(e):
             raise LakeError(f"catalog.s3.endpoint: the object store at {endpoint} does not answer") from None
         raise LakeError(f"{KEYS_FIELD}: the object store at {endpoint} refused the keys for bucket "
                         f"{bucket} ({str(e).strip()})") from None
