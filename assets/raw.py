@@ -20,6 +20,8 @@ class RawSourceConfig(Config):
     """Lift the demo's caps and ingest the whole source."""
     max_documents: Optional[int] = None
     """Override the source's deterministic document cap."""
+    allow_shrink: bool = False
+    """Commit even when the source drops more than its `max_shrink` of the table's rows."""
 
 
 def raw_assets() -> list[AssetsDefinition]:
@@ -43,6 +45,7 @@ def _raw_asset(name: str) -> AssetsDefinition:
             source,
             asset_key=f"raw/{name}",
             run_id=context.run_id,
+            allow_shrink=config.allow_shrink,
             progress=_every_tenth(lambda done, total: context.log.info(f"raw.{name}: read {done}/{total}")),
         )
         context.log.info(_summary(result))

@@ -1,26 +1,37 @@
 """Readers: turn a source config into documents plus a `ReadReport`.
 
-One reader per source kind; each raises `SourceError` naming the file (and line or row) and the
-problem, or — with `on_invalid="skip"` — skips and counts by reason, so nothing disappears
-silently. Sampling is deterministic: a source capped at N documents keeps the N whose
-`sha256(seed:path)` rank lowest, independent of listing order. Directory listing prunes excluded
-directories before descending (a stdlib root holds a whole site-packages to skip).
+One reader per source kind. Every failure of an input — a file, a line, a row — is a `Rejected`
+naming it (file, and line or row) and the problem; `on_invalid` decides what becomes of it: a
+`SourceError` with that message, or a skip counted by reason in the report, so nothing
+disappears silently and nothing escapes as a raw exception. A file that fails part-way (a
+truncated `.jsonl.gz`, a Parquet file that stops decoding) is skipped whole: its other lines are
+not trusted either. A location that cannot be opened at all (a missing root, a glob that
+matches nothing, a URL scheme no installed file system serves) is an error in both modes —
+skipping it would be a source that silently shrinks. So is a read with no documents, unless the
+source says `allow_empty`.
+
+Sampling is deterministic: a source capped at N documents keeps the N whose `sha256(seed:path)`
+rank lowest, independent of listing order. Directories are walked by `factory.data.files`, which
+opens regular files only, keeps symlinks inside the root and bounds every read.
 """
 
 from __future__ import annotations
 
 import email.parser
+import gzip
 import hashlib
 import json
-import os
-import re
+import lzma
+import zlib
 from importlib import metadata as importlib_metadata
 from pathlib import PurePosixPath
 from typing import Any, Callable, Iterator
 
 import fsspec
+import pyarrow as pa
 import pyarrow.parquet as pq
 
+from factory.data.files import Rejected, glob_regex, list_files, printable, read_file
 from factory.data.sources import (
     LANGUAGES,
     DirectorySource,
@@ -36,6 +47,9 @@ from factory.data.sources import (
     resolve_root,
 )
 
+# What a damaged compressed stream raises while it is read (gzip.BadGzipFile is an OSError).
+DECOMPRESS_ERRORS = (EOFError, zlib.error, lzma.LZMAError, gzip.BadGzipFile)
+
 
 def read_source(source: SourceConfig, progress: Progress | None = None) -> tuple[list[dict], ReadReport]:
     """All documents of `source` (sorted by path) and the report of the read."""
@@ -47,7 +61,48 @@ def read_source(source: SourceConfig, progress: Progress | None = None) -> tuple
     docs = list(reader(source, report, progress or (lambda done, total: None)))
     if source.kind != "directory" and source.max_documents is not None:
         docs = _sample(docs, source, key=lambda d: d["path"])
+    if not docs and not source.allow_empty:
+        raise SourceError(_empty_message(source, report))
     return sorted(docs, key=lambda d: d["path"]), report
+
+
+def reject(source: _Source, report: ReadReport, bad: Rejected) -> None:
+    """Skip-and-count `bad` (on_invalid="skip") or raise it as the source's `SourceError`."""
+    if source.on_invalid == "skip":
+        report.skip(bad.reason, bad.where)
+        return
+    raise SourceError(f"source {source.name}: {bad.message}") from None
+
+
+def filesystem(source: _Source, url: str) -> tuple[Any, str]:
+    """fsspec's file system and path for `url`; an unknown scheme, or one whose implementation is
+    not installed (`s3://` without s3fs), is a `SourceError` naming the URL."""
+    protocol = fsspec.utils.get_protocol(url)
+    try:
+        return fsspec.core.url_to_fs(url)
+    except ImportError as exc:  # fsspec's registry knows the scheme; its package is missing
+        raise SourceError(f"source {source.name}: {url}: no file system for {protocol}:// is installed ({exc})") from None
+    except ValueError as exc:
+        if protocol not in fsspec.available_protocols():
+            raise SourceError(f"source {source.name}: {url}: unknown URL scheme {protocol}:// (no fsspec file system "
+                              "serves it)") from None
+        raise SourceError(f"source {source.name}: {url}: cannot open: {exc}") from None
+
+
+def _empty_message(source: SourceConfig, report: ReadReport) -> str:
+    if isinstance(source, DirectorySource):
+        where = f"{resolve_root(source.root)} (include {source.include}, exclude {source.exclude})"
+    elif hasattr(source, "paths"):
+        where = ", ".join(source.paths)
+    else:
+        where = resolve_root(source.root)
+    if report.skipped:
+        why = "every candidate was skipped: " + "; ".join(
+            f"{reason} {n} (e.g. {report.examples[reason][0]})" for reason, n in report.skipped.items())
+    else:
+        why = "no file matches" if isinstance(source, DirectorySource) else "no records"
+    return (f"source {source.name}: no documents from {where}: {why}. A source that reads nothing is an error "
+            "(a typo'd glob would replace the table with an empty snapshot); set allow_empty: true if empty is fine")
 
 
 def _sample(items: list, source: _Source, key: Callable[[Any], str]) -> list:
@@ -57,136 +112,106 @@ def _sample(items: list, source: _Source, key: Callable[[Any], str]) -> list:
     return sorted(items, key=rank)[: source.max_documents]
 
 
-def _glob_regex(pattern: str) -> re.Pattern:
-    """`**` spans directories (also none), `*` and `?` stay within one path segment."""
-    out, i = "", 0
-    while i < len(pattern):
-        if pattern.startswith("**/", i):
-            out, i = out + "(?:.*/)?", i + 3
-        elif pattern.startswith("**", i):
-            out, i = out + ".*", i + 2
-        elif pattern[i] == "*":
-            out, i = out + "[^/]*", i + 1
-        elif pattern[i] == "?":
-            out, i = out + "[^/]", i + 1
-        else:
-            out, i = out + re.escape(pattern[i]), i + 1
-    return re.compile(out + r"\Z")
-
-
 def _decode(data: bytes, where: str, source: _Source, report: ReadReport) -> str | None:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        if source.on_invalid == "skip":
-            report.skip("invalid_utf8", where)
-            return None
-        raise SourceError(
-            f"source {source.name}: {where}: invalid UTF-8 at byte {exc.start} ({exc.reason})"
-        ) from None
+        reject(source, report, Rejected("invalid_utf8", where, f"{where}: invalid UTF-8 at byte {exc.start} ({exc.reason})"))
+        return None
 
 
 def _read_directory(source: DirectorySource, report: ReadReport, progress: Progress) -> Iterator[dict]:
     root = resolve_root(source.root)
-    fs, base = fsspec.core.url_to_fs(root)
+    fs, base = filesystem(source, root)
     if not fs.isdir(base):
         raise SourceError(f"source {source.name}: root {root} does not exist or is not a directory")
-    include = [_glob_regex(p) for p in source.include]
-    exclude = [_glob_regex(p) for p in source.exclude]
+    include = [glob_regex(p) for p in source.include]
+    exclude = [glob_regex(p) for p in source.exclude]
     base = base.rstrip("/")
-    pruned = [_glob_regex(p[:-3]) for p in source.exclude if p.endswith("/**")]
+    pruned = [glob_regex(p[:-3]) for p in source.exclude if p.endswith("/**")]
     candidates = []
-    for rel, full, size in _list_files(fs, base, pruned):
-        if not any(r.match(rel) for r in include) or any(r.match(rel) for r in exclude):
+    for entry in list_files(fs, base, pruned, source.follow_external_symlinks, on_bad=lambda bad: reject(source, report, bad)):
+        if not any(r.match(entry.rel) for r in include) or any(r.match(entry.rel) for r in exclude):
             continue
-        if source.max_file_bytes is not None and size > source.max_file_bytes:
-            report.skip("too_large", full)
-            continue
-        candidates.append((rel, full))
+        if entry.rejected is not None:
+            reject(source, report, entry.rejected)
+        elif source.max_file_bytes is not None and entry.size > source.max_file_bytes:
+            report.skip("too_large", entry.full)  # a filter, in either mode
+        else:
+            candidates.append(entry)
     report.candidates = len(candidates)
-    chosen = sorted(_sample(candidates, source, key=lambda c: c[0]))
-    licenses = _dist_licenses(base) if source.license_from_dist_info else {}
-    for n, (rel, full) in enumerate(chosen, 1):
+    chosen = sorted(_sample(candidates, source, key=lambda e: e.rel), key=lambda e: e.rel)
+    licenses = _dist_licenses(base, source, report) if source.license_from_dist_info else {}
+    for n, entry in enumerate(chosen, 1):
         try:
-            data = fs.cat_file(full)
-        except (OSError, ValueError) as exc:
-            if source.on_invalid == "skip":
-                report.skip("unreadable", full)
-                continue
-            raise SourceError(f"source {source.name}: cannot read {full}: {exc}") from None
-        text = _decode(data, full, source, report)
+            data = read_file(fs, entry, source.max_file_bytes, source.follow_external_symlinks)
+        except Rejected as bad:
+            if bad.reason == "too_large":
+                report.skip(bad.reason, bad.where)
+            else:
+                reject(source, report, bad)
+            data = None
+        text = _decode(data, entry.full, source, report) if data is not None else None
         if text is not None:
-            language = LANGUAGES.get(PurePosixPath(rel).suffix.lower(), "text")
-            yield document(source.name, rel, text, language, licenses.get(rel, source.license))
+            language = LANGUAGES.get(PurePosixPath(entry.rel).suffix.lower(), "text")
+            yield document(source.name, entry.rel, text, language, licenses.get(entry.rel, source.license))
         if n % 500 == 0 or n == len(chosen):
             progress(n, len(chosen))
 
 
-def _list_files(fs, base: str, pruned: list[re.Pattern]) -> list[tuple[str, str, int]]:
-    """(relative path, full path, size) of every file under `base`, sorted by relative path.
-
-    Local roots are walked with `os.scandir`, pruning excluded directories (`dir/**` patterns)
-    before descending — the stdlib root holds a whole `site-packages` that fsspec's generic
-    `find` would stat file by file only to drop (4x slower). Other filesystems use `find`.
-    """
-    if "file" not in fs.protocol and "local" not in fs.protocol:
-        return sorted((f[len(base) + 1:], f, info.get("size") or 0)
-                      for f, info in fs.find(base, detail=True, withdirs=False).items())
-    out, stack = [], [""]
-    while stack:
-        rel_dir = stack.pop()
-        with os.scandir(os.path.join(base, rel_dir)) as entries:
-            for entry in entries:
-                rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
-                if entry.is_dir(follow_symlinks=False):
-                    if not any(r.match(rel) for r in pruned):
-                        stack.append(rel)
-                else:
-                    try:
-                        size = entry.stat().st_size
-                    except OSError:  # a dangling symlink: listed, and reported when read
-                        size = 0
-                    out.append((rel, entry.path, size))
-    return sorted(out)
-
-
-def _expand(source: JsonlSource | ParquetSource) -> list[tuple[Any, str]]:
+def _expand(source: JsonlSource | ParquetSource, report: ReadReport) -> list[tuple[Any, str]]:
     files = []
     for pattern in source.paths:
-        fs, path = fsspec.core.url_to_fs(pattern)
+        fs, path = filesystem(source, pattern)
         matches = sorted(fs.glob(path)) if any(c in path for c in "*?[") else [path]
         matches = [m for m in matches if fs.isfile(m)]
         if not matches:
             raise SourceError(f"source {source.name}: {pattern}: no such file (or no file matches)")
-        files += [(fs, m) for m in matches]
+        for m in matches:
+            if printable(m) != m:  # not UTF-8: no document path (nor Iceberg string) can hold it
+                reject(source, report, Rejected("invalid_file_name", printable(m),
+                                                f"{printable(m)}: file name is not valid UTF-8"))
+            else:
+                files.append((fs, m))
     return files
 
 
 def _read_jsonl(source: JsonlSource, report: ReadReport, progress: Progress) -> Iterator[dict]:
-    files = _expand(source)
+    files = _expand(source, report)
     for n, (fs, path) in enumerate(files, 1):
-        try:
-            with fs.open(path, "rb", compression="infer") as fh:
-                raw_lines = fh.read().split(b"\n")
-        except OSError as exc:
-            raise SourceError(f"source {source.name}: cannot read {path}: {exc}") from None
-        for lineno, raw in enumerate(raw_lines, 1):
-            if not raw.strip():
-                continue
-            where = f"{path}:{lineno}"
-            line = _decode(raw, where, source, report)
-            if line is None:
-                continue
-            record, problem = _parse_record(line, source)
-            if problem:
-                if source.on_invalid == "skip":
-                    report.skip("malformed_record", where)
-                    continue
-                raise SourceError(f"source {source.name}: {where}: {problem}")
-            report.candidates += 1
-            doc_path = str(record[source.path_field]) if source.path_field else f"{PurePosixPath(path).name}:{lineno}"
-            yield document(source.name, doc_path, record[source.text_field], source.language, source.license)
+        yield from _jsonl_file(source, fs, path, report)
         progress(n, len(files))
+
+
+def _jsonl_file(source: JsonlSource, fs, path: str, report: ReadReport) -> list[dict]:
+    """The documents of one file, streamed line by line; a file that cannot be read to its end
+    gives none (see the module docstring)."""
+    docs, lineno = [], 0
+    try:
+        with fs.open(path, "rb", compression="infer") as fh:
+            for lineno, raw in enumerate(fh, 1):
+                if not raw.strip():
+                    continue
+                where = f"{path}:{lineno}"
+                line = _decode(raw, where, source, report)
+                if line is None:
+                    continue
+                record, problem = _parse_record(line, source)
+                if problem:
+                    reject(source, report, Rejected("malformed_record", where, f"{where}: {problem}"))
+                    continue
+                report.candidates += 1
+                doc_path = str(record[source.path_field]) if source.path_field else f"{PurePosixPath(path).name}:{lineno}"
+                docs.append(document(source.name, doc_path, record[source.text_field], source.language, source.license))
+    except DECOMPRESS_ERRORS as exc:
+        # decompression runs a buffer ahead of the lines, so the damage is past line N, not at N + 1
+        reject(source, report, Rejected("unreadable", path, f"{path}: corrupt or truncated compressed data ({lineno} "
+                                                            f"lines read before it; {type(exc).__name__}: {exc})"))
+        return []
+    except OSError as exc:
+        reject(source, report, Rejected("unreadable", path, f"cannot read {path}: {exc}"))
+        return []
+    return docs
 
 
 def _parse_record(line: str, source: JsonlSource) -> tuple[dict, str | None]:
@@ -200,56 +225,95 @@ def _parse_record(line: str, source: JsonlSource) -> tuple[dict, str | None]:
         return {}, f"field {source.text_field!r} is missing or not a string"
     if source.path_field and source.path_field not in record:
         return {}, f"field {source.path_field!r} is missing"
+    # JSON's \ud800 escapes decode to lone surrogates: valid JSON, but no UTF-8 (nor Iceberg string) holds them
+    for name, value in [(source.text_field, record[source.text_field])] + (
+            [(source.path_field, str(record[source.path_field]))] if source.path_field else []):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return {}, f"field {name!r} is not valid Unicode (lone surrogate {ascii(value[exc.start])} at character {exc.start})"
     return record, None
 
 
 def _read_parquet(source: ParquetSource, report: ReadReport, progress: Progress) -> Iterator[dict]:
-    import pyarrow as pa
-
-    files = _expand(source)
+    files = _expand(source, report)
     for n, (fs, path) in enumerate(files, 1):
-        try:
-            with fs.open(path, "rb") as fh:
-                pf = pq.ParquetFile(fh)
-                schema = pf.schema_arrow
-                wanted = [source.text_field] + ([source.path_field] if source.path_field else [])
-                for col in wanted:
-                    if col not in schema.names or (col == source.text_field and not (
-                        pa.types.is_string(schema.field(col).type) or pa.types.is_large_string(schema.field(col).type)
-                    )):
-                        raise SourceError(
-                            f"source {source.name}: {path}: wrong schema: needs string column {col!r}, "
-                            f"found {', '.join(f'{f.name}: {f.type}' for f in schema)}"
-                        )
-                row = 0
-                for batch in pf.iter_batches(columns=wanted):
-                    for i, text in enumerate(batch.column(0).to_pylist()):
-                        where = f"{path}#row{row + i}"
-                        if text is None:
-                            if source.on_invalid == "skip":
-                                report.skip("null_text", where)
-                                continue
-                            raise SourceError(f"source {source.name}: {where}: {source.text_field} is null")
-                        report.candidates += 1
-                        doc_path = str(batch.column(1)[i].as_py()) if source.path_field else f"{PurePosixPath(path).name}#{row + i}"
-                        yield document(source.name, doc_path, text, source.language, source.license)
-                    row += batch.num_rows
-        except (OSError, pa.ArrowException) as exc:
-            raise SourceError(f"source {source.name}: cannot read {path} as Parquet: {exc}") from None
+        yield from _parquet_file(source, fs, path, report)
         progress(n, len(files))
+
+
+def _parquet_file(source: ParquetSource, fs, path: str, report: ReadReport) -> list[dict]:
+    """The documents of one Parquet file; string columns are read as bytes and decoded here, so
+    invalid UTF-8 is a row naming itself, not a `UnicodeDecodeError` from Arrow."""
+    docs, row = [], 0
+    wanted = [source.text_field] + ([source.path_field] if source.path_field else [])
+    try:
+        with fs.open(path, "rb") as fh:
+            pf = pq.ParquetFile(fh)
+            schema = pf.schema_arrow
+            for col in wanted:
+                if col not in schema.names or (col == source.text_field and not _is_string(schema.field(col).type)):
+                    found = ", ".join(f"{f.name}: {f.type}" for f in schema)
+                    reject(source, report, Rejected(
+                        "wrong_schema", path, f"{path}: wrong schema: needs string column {col!r}, found {found}"))
+                    return []
+            for batch in pf.iter_batches(columns=wanted):
+                texts = _column_values(batch.column(0))
+                keys = _column_values(batch.column(1)) if source.path_field else None
+                for i, raw in enumerate(texts):
+                    where = f"{path}#row{row + i}"
+                    if raw is None:
+                        reject(source, report, Rejected("null_text", where, f"{where}: {source.text_field} is null"))
+                        continue
+                    text = _decode(raw, where, source, report)
+                    if text is None:
+                        continue
+                    key = f"{PurePosixPath(path).name}#{row + i}" if keys is None else keys[i]
+                    if isinstance(key, bytes) and (key := _decode(key, f"{where} ({source.path_field})", source,
+                                                                  report)) is None:
+                        continue
+                    report.candidates += 1
+                    docs.append(document(source.name, str(key), text, source.language, source.license))
+                row += batch.num_rows
+    except (OSError, pa.ArrowException) as exc:
+        reject(source, report, Rejected("unreadable", path, f"cannot read {path} as Parquet: {exc}"))
+        return []
+    return docs
+
+
+def _is_string(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
+def _column_values(column: pa.Array) -> list:
+    """Python values of a column, string columns as undecoded bytes (the cast copies nothing)."""
+    if _is_string(column.type):
+        column = column.cast(pa.large_binary() if pa.types.is_large_string(column.type) else pa.binary())
+    return column.to_pylist()
+
+
+def _metadata_text(dist: importlib_metadata.Distribution, base: str, source: _Source, report: ReadReport) -> str | None:
+    """A distribution's METADATA, or None when it is not UTF-8 (rejected, naming the file)."""
+    try:
+        return dist.read_text("METADATA") or ""
+    except UnicodeDecodeError as exc:
+        where = f"{getattr(dist, '_path', base)}/METADATA"  # PathDistribution's directory: the file's real name
+        reject(source, report, Rejected("invalid_utf8", where, f"{where}: invalid UTF-8 at byte {exc.start} ({exc.reason})"))
+        return None
 
 
 def _read_package_docs(source: PackageDocsSource, report: ReadReport, progress: Progress) -> Iterator[dict]:
     root = resolve_root(source.root)
-    fs, base = fsspec.core.url_to_fs(root)
+    fs, base = filesystem(source, root)
     if not fs.isdir(base):
         raise SourceError(f"source {source.name}: root {root} does not exist or is not a directory")
-    dists = sorted(importlib_metadata.distributions(path=[base]), key=lambda d: (d.metadata["Name"] or "").lower())
-    for n, dist in enumerate(dists, 1):
-        name = dist.metadata["Name"] or "unknown"
-        where = f"{name}-{dist.version}/METADATA"
-        text = dist.read_text("METADATA") or ""
-        message = email.parser.Parser().parsestr(text)
+    messages = []
+    for dist in importlib_metadata.distributions(path=[base]):
+        if (text := _metadata_text(dist, base, source, report)) is not None:
+            messages.append(email.parser.Parser().parsestr(text))
+    messages.sort(key=lambda m: (m["Name"] or "").lower())
+    for n, message in enumerate(messages, 1):
+        where = f"{message['Name'] or 'unknown'}-{message['Version']}/METADATA"
         body = (message.get_payload() or message.get("Description") or "").strip()
         report.candidates += 1
         if len(body) < source.min_chars:
@@ -258,8 +322,8 @@ def _read_package_docs(source: PackageDocsSource, report: ReadReport, progress: 
         kind = (message.get("Description-Content-Type") or "").lower()
         language = "markdown" if "markdown" in kind else "rst" if "rst" in kind else "text"
         yield document(source.name, where, body + "\n", language, _license_of(message) or source.license)
-        if n % 100 == 0 or n == len(dists):
-            progress(n, len(dists))
+        if n % 100 == 0 or n == len(messages):
+            progress(n, len(messages))
 
 
 def _license_of(message: Any) -> str | None:
@@ -275,15 +339,13 @@ def _license_of(message: Any) -> str | None:
     return None
 
 
-def _dist_licenses(base: str) -> dict[str, str]:
+def _dist_licenses(base: str, source: _Source, report: ReadReport) -> dict[str, str]:
     """Map each file (relative to `base`) to the license of the distribution that installed it."""
     owners: dict[str, str] = {}
     for dist in importlib_metadata.distributions(path=[base]):
-        text = dist.read_text("METADATA") or ""
-        lic = _license_of(email.parser.Parser().parsestr(text))
+        text = _metadata_text(dist, base, source, report)
+        lic = _license_of(email.parser.Parser().parsestr(text)) if text else None
         if lic:
             for f in dist.files or []:
                 owners[str(f)] = lic
     return owners
-
-

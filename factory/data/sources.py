@@ -5,6 +5,11 @@ turns one into documents — plain dicts in the `raw.*` schema minus the ingest 
 `ReadReport` of what was seen and skipped. Paths may be local or fsspec URLs. This module also
 holds what every reader shares: the document row (with its stable `doc_id`), the error type and
 the root placeholders resolved at read time.
+
+The error contract: every bad input becomes a `SourceError` naming it (file, and line or row) and
+the problem, or — `on_invalid="skip"` — a skip counted by reason in the `ReadReport`; a read with
+no documents is an error unless `allow_empty`, and an ingest that would drop more than
+`max_shrink` of the table's rows is one too (`factory.data.ingest`).
 """
 
 from __future__ import annotations
@@ -45,7 +50,13 @@ class _Source(BaseModel):
     )
     sample_seed: int = Field(0, description="Salt of the deterministic sample.")
     on_invalid: Literal["error", "skip"] = Field(
-        "error", description="Invalid UTF-8 or malformed records: fail (naming them) or skip and count."
+        "error", description="A bad input (file, line or row: invalid UTF-8, malformed record, corrupt or "
+                             "non-regular file, ...): fail naming it, or skip it and count it by reason."
+    )
+    allow_empty: bool = Field(False, description="A read with no documents is fine (default: an error).")
+    max_shrink: float = Field(
+        0.5, ge=0, le=1, description="Largest share of the table's current rows a new ingest may drop; "
+                                     "more is an error, nothing committed (1: any)."
     )
 
 
@@ -56,9 +67,14 @@ class DirectorySource(_Source):
     root: str = Field(description="Local path or fsspec URL; `{stdlib}` and `{purelib}` resolve at read time.")
     include: list[str] = Field(default_factory=lambda: ["**/*.py"], description="Globs relative to root.")
     exclude: list[str] = Field(default_factory=list, description="Globs relative to root.")
-    max_file_bytes: int | None = Field(None, gt=0, description="Larger files are skipped (bytes).")
+    max_file_bytes: int | None = Field(
+        None, gt=0, description="Larger files are skipped (bytes), whatever the listing says: reads stop at the cap."
+    )
     license_from_dist_info: bool = Field(
         False, description="Take each file's license from the installed distribution that owns it."
+    )
+    follow_external_symlinks: bool = Field(
+        False, description="Read symlinks whose target is outside the root (default: refused, like a bad input)."
     )
 
 
