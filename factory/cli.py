@@ -5,7 +5,9 @@
     factory tables                          # every table: rows, bytes, snapshot, asset key
     factory drops                           # per refinement step: rows kept, dropped by reason
     factory ingest python_stdlib [--full]   # the raw ingest, same entry point as the asset
-    factory doctor                          # is this machine ready, and how to fix it if not
+    factory ingest --sources my.yaml notes  # ... of a source declared in a YAML file
+    factory doctor                          # is this machine ready, is the lake whole, how to fix it if not
+    factory lake heal                       # write lineage rows a crash lost (from the snapshots' stamps)
     factory mix show default                # versions of a mix: pinned snapshots, weights, tokens
     factory mix peek default                # decode one batch exactly as training streams it
     factory export smoke@120                # HF Llama export of a checkpoint + equivalence check
@@ -125,15 +127,33 @@ def build_parser() -> argparse.ArgumentParser:
     tables.add_argument("--json", action="store_true")
     tables.set_defaults(run=_lazy("factory.lake.commands", "tables"))
 
-    ingest = commands.add_parser("ingest", parents=[home], help="ingest embedded sources into raw.* (no Dagster)")
-    ingest.add_argument("sources", nargs="*", metavar="SOURCE", help="embedded sources (default: all)")
-    ingest.add_argument("--full", action="store_true", help="lift the demo caps (the whole corpus)")
+    ingest = commands.add_parser("ingest", parents=[home], help="ingest sources into raw.* (no Dagster)")
+    ingest.add_argument("sources", nargs="*", metavar="SOURCE",
+                        help="sources by name (default: all embedded ones, or all of --sources)")
+    ingest.add_argument("--sources", dest="sources_file", metavar="FILE",
+                        help="a YAML file of source configs (name: {kind: directory, root: ...}) to pick from "
+                             "instead of the embedded sources")
+    ingest.add_argument("--full", action="store_true", help="lift the embedded sources' demo caps (the whole corpus)")
+    ingest.add_argument("--allow-shrink", action="store_true",
+                        help="commit even when a source drops more than its max_shrink of the table's rows")
+    ingest.add_argument("--force", action="store_true",
+                        help="rewrite the table from the source even when unchanged (repairs deleted or corrupt data "
+                             "files; a table with unreadable metadata is dropped and re-created, losing its history)")
     ingest.set_defaults(run=cmd_ingest)
 
     drops = commands.add_parser("drops", parents=[home], help="per-step refinement table: rows kept and dropped by reason")
     drops.add_argument("--source", action="append", help="only these sources (repeatable)")
     drops.add_argument("--json", action="store_true")
     drops.set_defaults(run=cmd_drops)
+
+    lake = commands.add_parser("lake", parents=[home], help="lake upkeep: heal lineage gaps, recover a lost catalog")
+    actions = lake.add_subparsers(dest="lake_command", required=True, metavar="ACTION")
+    heal = actions.add_parser("heal", parents=[home], help="write the lineage rows that stamped snapshots owe")
+    heal.add_argument("tables", nargs="*", metavar="TABLE", help="tables to heal (default: every table)")
+    heal.set_defaults(run=_lazy("factory.lake.commands", "lake_heal"))
+    actions.add_parser("recover", parents=[home], help="re-register warehouse tables a lost or emptied catalog "
+                                                       "no longer lists").set_defaults(
+        run=_lazy("factory.lake.commands", "lake_recover"))
 
     doctor = commands.add_parser("doctor", parents=[home], help="check this machine and say how to fix it")
     doctor.add_argument("--json", action="store_true")
@@ -308,13 +328,26 @@ def human_bytes(n: int) -> str:
 
 # -- ingest -----------------------------------------------------------------------------------
 def cmd_ingest(args: argparse.Namespace, out: Console) -> int:
-    from configs.sources import EMBEDDED, embedded_source
     from factory.data.ingest import ingest_source
 
-    names = args.sources or list(EMBEDDED)
-    unknown = [n for n in names if n not in EMBEDDED]
+    if args.sources_file:
+        from factory.data.source_files import load_sources
+
+        if args.full:
+            print("factory ingest: error: --full lifts the embedded sources' demo caps; a sources file sets its own",
+                  file=sys.stderr)
+            return 1
+        declared = load_sources(args.sources_file)  # the whole file validates before anything is ingested
+        known, config = f"sources in {args.sources_file}", declared.__getitem__
+    else:
+        from configs.sources import EMBEDDED, embedded_source
+
+        declared, known = EMBEDDED, "embedded sources"
+        config = lambda name: embedded_source(name, full=args.full)  # noqa: E731
+    names = args.sources or list(declared)
+    unknown = [n for n in names if n not in declared]
     if unknown:
-        print(f"factory ingest: error: unknown source {', '.join(unknown)}; embedded sources: {', '.join(EMBEDDED)}",
+        print(f"factory ingest: error: unknown source {', '.join(unknown)}; {known}: {', '.join(declared)}",
               file=sys.stderr)
         return 1
     lake = open_lake(args)
@@ -324,11 +357,11 @@ def cmd_ingest(args: argparse.Namespace, out: Console) -> int:
         for name in names:
             task = progress.add_task(f"ingest {name}", total=None)
             result = ingest_source(
-                lake, embedded_source(name, full=args.full), asset_key=f"raw/{name}",
+                lake, config(name), asset_key=f"raw/{name}", allow_shrink=args.allow_shrink, force=args.force,
                 progress=lambda done, total, task=task: progress.update(task, completed=done, total=total),
             )
             skipped = ", ".join(f"{k}={v}" for k, v in result.skipped.items()) or "-"
-            summary.add_row(result.table, "new snapshot" if result.committed else "unchanged",
+            summary.add_row(result.table, ("rewritten" if args.force else "new snapshot") if result.committed else "unchanged",
                             f"{result.documents:,}", human_bytes(result.bytes), str(result.snapshot_id),
                             skipped, f"{result.seconds:.1f}")
     out.print(summary)

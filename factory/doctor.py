@@ -7,6 +7,10 @@ will run but something deserves a look (little free disk). The pins are the vers
 together in ../shared/PLATFORM.md — pyproject pins the same ones; a drift here is how an
 "it worked yesterday" starts.
 
+The lake checks read what every table's current snapshot needs (metadata, manifest list,
+manifests, each data file's size and footer) and ask whether every stamped snapshot has its
+lineage row; each damage is a `fail` naming the table and the command that repairs it.
+
 Checks never raise: a broken package must show up as a failed check with its error, not as a
 traceback from the tool meant to diagnose it. That is also why the lake and DuckDB modules are
 imported inside their checks rather than at the top.
@@ -139,16 +143,64 @@ def check_duckdb_iceberg() -> Check:
     return Check("duckdb iceberg extension", "ok", "avro + iceberg load from the wheels (offline)")
 
 
-def check_catalog(home: Path, config=None) -> Check:
+def check_lake(home: Path, config=None) -> list[Check]:
+    """The lake: its catalog opens (and is not empty beside a warehouse of tables), every table's
+    metadata, manifest list, manifests and data files are readable, and every stamped snapshot
+    has its lineage row. Each damage is a failed check naming the table and what to run."""
     try:
         from factory.lake import Lake
+        from factory.lake.catalog import warehouse_tables
 
         lake = Lake.open(config, home=home)
         tables = lake.tables()
     except Exception as exc:  # noqa: BLE001 - see check_duckdb_iceberg
-        return Check("lake catalog", "fail", f"{type(exc).__name__}: {exc}",
-                     "check that FACTORY_HOME is writable and the deploy profile's catalog is right (factory deploy check)")
-    return Check("lake catalog", "ok", f"{lake.catalog.properties.get('uri', '')}: {len(tables)} tables")
+        return [Check("lake catalog", "fail", f"{type(exc).__name__}: {exc}",
+                      "see the message (and `factory deploy check` for a remote catalog)")]
+    uri = lake.catalog.properties.get("uri", "")
+    checks = [Check("lake catalog", "ok", f"{uri}: {len(tables)} tables")]
+    unlisted = sorted(set(warehouse_tables(lake.catalog.properties.get("warehouse", ""))) - set(tables))
+    if unlisted:
+        checks.append(Check("lake warehouse", "warn", f"{len(unlisted)} table directories the catalog does not list: "
+                            f"{', '.join(unlisted[:5])}", "`factory lake recover` if the catalog lost them; "
+                            "else they are dropped tables' leftovers"))
+    checks += _table_checks(lake, tables)
+    return checks
+
+
+def _table_checks(lake, tables: list[str]) -> list[Check]:
+    from factory.lake import LakeError
+    from factory.lake.health import table_damage
+    from factory.lake.lineage import LINEAGE_TABLE
+
+    checks, whole, gaps = [], [], []
+    for name in tables:
+        damage = table_damage(lake, name)
+        if damage.ok:
+            whole.append(name)
+            continue
+        fix = (f"factory ingest [--sources FILE] --force {name.removeprefix('raw.')}" if name.startswith("raw.") else
+               "re-materialize the asset that writes it" + (" after dropping it from the catalog (its history is lost)"
+                                                            if damage.structural else ""))
+        checks.append(Check(f"table {name}", "fail", damage.summary(), fix))
+    for name in whole:
+        if name == LINEAGE_TABLE:
+            continue
+        try:
+            gaps += lake.lineage.gaps(name)
+        except LakeError as exc:  # the lineage table itself is broken: reported above
+            checks.append(Check("lake lineage", "fail", str(exc), "see the failed table check"))
+            return checks
+    checks.insert(0, Check("lake tables", "ok" if len(whole) == len(tables) else "fail",
+                           f"{len(whole)} of {len(tables)} tables readable (metadata, manifests, data files)",
+                           "" if len(whole) == len(tables) else "see each failed table below"))
+    if gaps:
+        shown = ", ".join(r.version_id for r in gaps[:5]) + (", ..." if len(gaps) > 5 else "")
+        have = "snapshot has" if len(gaps) == 1 else "snapshots have"
+        checks.append(Check("lake lineage", "fail", f"{len(gaps)} {have} no lineage row: {shown}",
+                            "factory lake heal"))
+    else:
+        checks.append(Check("lake lineage", "ok", "every stamped snapshot has its lineage row"))
+    return checks
 
 
 def run_checks(home: Path, config=None) -> list[Check]:
@@ -161,7 +213,7 @@ def run_checks(home: Path, config=None) -> list[Check]:
         check_disk(home),
         *check_packages(),
         check_duckdb_iceberg(),
-        check_catalog(home, config),
+        *check_lake(home, config),
     ]
 
 

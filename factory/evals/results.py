@@ -2,8 +2,8 @@
 
 One eval is one (checkpoint, suite) pair, `eval/<run>@<step>/<suite>`. Writing it replaces that
 eval's rows (an overwrite filtered on `eval_id`), so re-evaluating a checkpoint never doubles its
-scores. Samples are committed first, results second, the lineage row last: each only refers to
-what already exists, and the scores — what dashboards and the sensor's users read — appear only
+scores. Samples are committed first, results second (stamped with the lineage row it owes), the
+lineage row last: each only refers to what already exists, and the scores — what dashboards and the sensor's users read — appear only
 once everything behind them is in place.
 """
 
@@ -32,7 +32,8 @@ def write_results(lake: Lake, *, eval_id: str, rows: list[dict], samples: list[d
                   config: dict, config_hash: str, run_id: str = "", asset_key: str = "eval_scores",
                   partition: str = "") -> int | None:
     """Commit one eval's samples, results and lineage row; returns the results snapshot id."""
-    stamp = CommitStamp(asset_key=asset_key, config_hash=config_hash, run_id=run_id, partition=partition)
+    stamp = CommitStamp(asset_key=asset_key, config_hash=config_hash, run_id=run_id, partition=partition,
+                        upstream=lake.lineage.upstream_snapshots(upstream))
     mine = EqualTo("eval_id", eval_id)
     for s in samples:
         if s.get("completion") and len(s["completion"]) > MAX_COMPLETION_CHARS:
@@ -40,14 +41,15 @@ def write_results(lake: Lake, *, eval_id: str, rows: list[dict], samples: list[d
     sample_data = pa.Table.from_pylist([{"eval_id": eval_id, **s} for s in samples], schema=EVAL_SAMPLES.as_arrow())
     lake.commit(SAMPLES_TABLE, sample_data, stamp, mode="overwrite", overwrite_filter=mine, schema=EVAL_SAMPLES)
     data = pa.Table.from_pylist(rows, schema=EVAL_RESULTS.as_arrow())
-    commit = lake.commit(RESULTS_TABLE, data, stamp, mode="overwrite", overwrite_filter=mine, schema=EVAL_RESULTS)
-    lake.lineage.record(LineageRecord(
+    row = LineageRecord(
         version_id=eval_id, kind="eval", name=eval_id.rsplit("/", 1)[0], uri=f"iceberg://{RESULTS_TABLE}",
         upstream=upstream, config_json=canonical_json(config), config_hash=config_hash,
         code_version=stamp.code_version, env_lock=env_lock_hash(), asset_key=asset_key, partition=partition,
-        run_id=run_id, snapshot_id=commit.snapshot_id,
+        run_id=run_id,
         metadata_json=canonical_json({f"{r['task']}/{r['metric']}": round(r["value"], 6) for r in rows}),
-    ))
+    )
+    commit = lake.commit(RESULTS_TABLE, data, stamp, mode="overwrite", overwrite_filter=mine, schema=EVAL_RESULTS,
+                         lineage=row)
     return commit.snapshot_id
 
 

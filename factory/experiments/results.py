@@ -34,6 +34,7 @@ from factory.evals.results import RESULTS_TABLE as EVALS_TABLE
 from factory.experiments.sweep import Dirichlet, SweepConfig, expand
 from factory.lake import CommitStamp, Lake, LineageRecord
 from factory.lake.schemas import SWEEP_RESULTS
+from factory.lake.lineage import SNAPSHOT
 from factory.train.checkpoint import CHECKPOINTS_TABLE
 from factory.version import canonical_json, config_hash
 
@@ -177,20 +178,20 @@ def write_sweep_results(lake: Lake, sweep: SweepConfig, *, run_id: str = "", ass
     stamp = CommitStamp(asset_key=asset_key, config_hash=config_hash(sweep), run_id=run_id, partition=partition,
                         upstream=upstream)
     data = pa.Table.from_pylist(rows, schema=SWEEP_RESULTS.as_arrow())
-    commit = lake.commit(RESULTS_TABLE, data, stamp, mode="overwrite", overwrite_filter=EqualTo("sweep", sweep.name),
-                         schema=SWEEP_RESULTS)
     ranking = _ranking(rows, sweep.metric)
     counts = {s: sum(e["status"] == s for e in ranking) for s in STATUSES}
     best = ranking[0] if ranking and ranking[0]["value"] is not None else None
     used = sorted({r[k] for r in rows for k in ("eval_id", "checkpoint_id") if r[k]})
-    lake.lineage.record(LineageRecord(
-        version_id=f"sweep/{sweep.name}@{commit.snapshot_id}", kind="sweep_results", name=f"sweep/{sweep.name}",
+    row = LineageRecord(
+        version_id=f"sweep/{sweep.name}@{SNAPSHOT}", kind="sweep_results", name=f"sweep/{sweep.name}",
         uri=f"iceberg://{RESULTS_TABLE}", upstream=used, config_json=canonical_json(sweep),
         config_hash=stamp.config_hash, code_version=stamp.code_version, env_lock=stamp.env_lock, asset_key=asset_key,
-        partition=partition, run_id=run_id, snapshot_id=commit.snapshot_id,
+        partition=partition, run_id=run_id,
         metadata_json=canonical_json({"metric": sweep.metric, "counts": counts, "rows": len(rows),
                                       "best": best and {"run": best["run"], "value": best["value"]}}),
-    ))
+    )
+    commit = lake.commit(RESULTS_TABLE, data, stamp, mode="overwrite", overwrite_filter=EqualTo("sweep", sweep.name),
+                         schema=SWEEP_RESULTS, lineage=row)
     return SweepReport(sweep=sweep.name, metric=sweep.metric, ranking=ranking, counts=counts, best=best,
                        table=ranking_table(ranking, sweep.metric), rows=len(rows), snapshot_id=commit.snapshot_id)
 

@@ -4,7 +4,7 @@
 into a table; `LineageStore` reads and writes `factory.lineage`.
 """
 
-from factory.lake.catalog import CatalogConfig, Lake, LakeError
+from factory.lake.catalog import CatalogConfig, Lake, LakeError, TableUnreadable
 from factory.lake.commit import CommitStamp, ParquetFiles, TableCommit
 from factory.lake.lineage import LineageRecord, LineageStore
 
@@ -17,4 +17,5 @@ __all__ = [
     "LineageStore",
     "ParquetFiles",
     "TableCommit",
+    "TableUnreadable",
 ]

@@ -1,4 +1,10 @@
-"""`factory sql`, `factory lineage` and `factory tables`: looking into the lake from the shell.
+"""`factory sql`, `factory lineage`, `factory tables` and `factory lake`: the lake from the shell.
+
+A table whose metadata cannot be read is listed by `factory tables` as broken (exit 1) while the
+others are listed as usual. `factory lineage` shows exactly the version asked for: a snapshot
+without a lineage row is shown from the row its stamp owes (or from its summary), marked as such,
+never replaced by another snapshot's row. `factory lake heal` writes the rows stamped snapshots
+owe; `factory lake recover` re-registers the tables of a warehouse whose catalog was lost.
 
 Dispatched lazily by `factory.cli` (like the mix, eval and experiment commands), so these imports
 never slow down, or break, another command.
@@ -68,37 +74,49 @@ def cmd_lineage(args: argparse.Namespace, out: Console) -> int:
 
 def describe(lake, ref: str) -> list[dict[str, Any]]:
     """Everything `factory lineage` shows about the versions `ref` resolves to, as plain data."""
-    records = lake.lineage.resolve(ref)
-    recorded = bool(records)
+    records, source = lake.lineage.resolve(ref), "lineage"
+    if not records:
+        record, source = _unrecorded_snapshot(lake, ref)
+        records = [record]
     reports = []
-    for record in records or [_unrecorded_snapshot(lake, ref)]:
-        tree = lake.lineage.upstream_of(record.version_id)
+    for record in records:
         reports.append({
-            "recorded": recorded,
+            "recorded": source == "lineage",
+            "source": source,  # lineage (its row), stamp (the row its snapshot owes), summary
             "version": {**record.model_dump(mode="json", exclude={"config_json", "metadata_json"}),
                         "config": record.config, "metadata": record.metadata},
-            "upstream": [_tree(child) for child in tree["upstream"]],
+            "upstream": [_tree(lake.lineage.upstream_of(u)) for u in record.upstream],
             "downstream": [_brief(r) for r in lake.lineage.downstream_of(record.version_id)],
             **_snapshots(lake, record),
         })
     return reports
 
 
-def _unrecorded_snapshot(lake, ref: str):
-    """A table snapshot without a lineage row (e.g. `factory.lineage` itself, or a commit whose
-    row was never written): still explained by its own summary properties."""
+def _unrecorded_snapshot(lake, ref: str) -> tuple[Any, str]:
+    """A table snapshot without a lineage row (`factory.lineage` itself, a snapshot written before
+    rows were stamped, or a commit whose row a crash lost): the row its stamp owes, else one built
+    from its summary properties. Always the snapshot asked for (a table name: its current one)."""
     from factory.lake import LakeError, LineageRecord
     from factory.lake.commit import stamp_of
+    from factory.lake.lineage import owed_record
 
     name, _, snap = ref.partition("@")
     table = lake.table(name) if lake.has_table(name) else None
     snapshot = None
     if table is not None and (snap.isdigit() or not snap):
         snapshot = table.snapshot_by_id(int(snap)) if snap else table.current_snapshot()
+        if snapshot is None:
+            raise LakeError(f"table {name} has no snapshot {snap} (expired or never existed)" if snap
+                            else f"table {name} has no snapshot yet (it was never written)")
     if snapshot is None:
+        if (owed := _owed_anywhere(lake, ref)) is not None:  # e.g. an eval whose row a crash lost
+            return owed, "stamp"
         known = ", ".join(lake.tables()) or "none yet"
         raise LakeError(f"unknown ref {ref}: no table, artifact name, version id, URI or content-hash prefix "
                         f"(8+ chars) matches it (tables in the lake: {known})")
+    owed = owed_record(snapshot)
+    if owed is not None:
+        return owed, "stamp"
     stamp = stamp_of(table, snapshot.snapshot_id)
     upstream = json.loads(stamp.get("upstream-snapshots") or "{}")
     return LineageRecord(
@@ -109,7 +127,22 @@ def _unrecorded_snapshot(lake, ref: str):
         asset_key=stamp.get("asset-key", ""), partition=stamp.get("partition", ""), run_id=stamp.get("run-id", ""),
         snapshot_id=snapshot.snapshot_id,
         created_at=_time(snapshot.timestamp_ms),
-    )
+    ), "summary"
+
+
+def _owed_anywhere(lake, version_id: str):
+    """The row some table's stamped snapshot owes under `version_id` (newest), if any: reads only
+    table metadata, and only when nothing else matched the ref."""
+    from factory.lake import LakeError
+
+    for name in lake.tables():
+        try:
+            owed = [r for r in lake.lineage.owed(name) if r.version_id == version_id]
+        except LakeError:  # an unreadable table holds nothing we can show
+            continue
+        if owed:
+            return owed[-1]
+    return None
 
 
 def _snapshots(lake, record) -> dict[str, Any]:
@@ -157,7 +190,10 @@ def _time(ms: int):
 def render_lineage(report: dict[str, Any], out: Console) -> None:
     v = report["version"]
     out.rule(f"{v['version_id']}", style="bold")
-    if not report["recorded"]:
+    if report["source"] == "stamp":
+        out.print("(no row in factory.lineage: shown from the row its snapshot's stamp owes; `factory lake heal` "
+                  "writes it)")
+    elif report["source"] == "summary":
         out.print("(no row in factory.lineage: shown from the snapshot's own summary properties)")
     for label, key in LINEAGE_FIELDS:
         value = v[key] if v[key] not in ("", None) else None
@@ -214,12 +250,18 @@ def _grow(tree, nodes: list[dict[str, Any]], shown: set[str] | None = None) -> N
 
 # -- tables -----------------------------------------------------------------------------------
 def cmd_tables(args: argparse.Namespace, out: Console) -> int:
+    from factory.lake import LakeError
     from factory.lake.commit import stamp_of
 
     lake = open_lake(args)
     rows = []
     for name in lake.tables():
-        table = lake.table(name)
+        try:
+            table = lake.table(name)
+        except LakeError as e:  # one broken table must not hide the others
+            rows.append({"table": name, "rows": None, "bytes": None, "snapshot_id": None, "snapshots": None,
+                         "asset_key": "", "error": str(e)})
+            continue
         snapshot = table.current_snapshot()
         summary = snapshot.summary.additional_properties if snapshot and snapshot.summary else {}
         rows.append({
@@ -229,14 +271,59 @@ def cmd_tables(args: argparse.Namespace, out: Console) -> int:
             "snapshot_id": snapshot.snapshot_id if snapshot else None,
             "snapshots": len(table.metadata.snapshots),
             "asset_key": stamp_of(table).get("asset-key", ""),
+            "error": None,
         })
+    broken = [r for r in rows if r["error"]]
     if args.json:
         print(json.dumps(rows))
-        return 0
-    table = RichTable("table", "rows", "data", "snapshot", "snapshots", "asset key",
-                      caption=f"{len(rows)} tables in {lake.home}")
-    for r in rows:
-        table.add_row(r["table"], f"{r['rows']:,}", human_bytes(r["bytes"]), str(r["snapshot_id"] or NULL),
-                      str(r["snapshots"]), r["asset_key"] or NULL)
-    out.print(table)
+    else:
+        table = RichTable("table", "rows", "data", "snapshot", "snapshots", "asset key",
+                          caption=f"{len(rows)} tables in {lake.home}" + (f", {len(broken)} unreadable" if broken else ""))
+        for r in rows:
+            if r["error"]:
+                table.add_row(r["table"], Text("UNREADABLE", style="bold red"), NULL, NULL, NULL, NULL)
+                continue
+            table.add_row(r["table"], f"{r['rows']:,}", human_bytes(r["bytes"]), str(r["snapshot_id"] or NULL),
+                          str(r["snapshots"]), r["asset_key"] or NULL)
+        out.print(table)
+    for r in broken:
+        print(f"factory tables: error: {r['error']}", file=sys.stderr)
+    return 1 if broken else 0
+
+
+# -- lake -------------------------------------------------------------------------------------
+def cmd_lake_heal(args: argparse.Namespace, out: Console) -> int:
+    from factory.lake import LakeError
+    from factory.lake.lineage import LINEAGE_TABLE
+
+    lake = open_lake(args)
+    names = args.tables or [t for t in lake.tables() if t != LINEAGE_TABLE]
+    healed, failed = 0, []
+    for name in names:
+        try:
+            written = lake.lineage.heal(name)
+        except LakeError as e:  # a broken table is reported; the others are still healed
+            failed.append(str(e))
+            continue
+        healed += len(written)
+        for record in written:
+            out.print(Text(f"{name}: wrote the lineage row of {record.version_id} (snapshot {record.snapshot_id})"))
+    out.print(f"{healed} lineage row{'s' if healed != 1 else ''} written over {len(names) - len(failed)} tables")
+    for message in failed:
+        print(f"factory lake heal: error: {message}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def cmd_lake_recover(args: argparse.Namespace, out: Console) -> int:
+    from factory.cli import profile
+    from factory.deploy import catalog_config
+    from factory.lake import Lake
+    from factory.lake.health import recover_catalog
+
+    lake = Lake.open(catalog_config(profile(args)), home=args.home, recovering=True)
+    registered = recover_catalog(lake)
+    for name, metadata in registered.items():
+        out.print(Text(f"registered {name} from {metadata}"))
+    out.print(f"{len(registered)} table{'s' if len(registered) != 1 else ''} re-registered; "
+              f"{len(lake.tables())} in the catalog")
     return 0

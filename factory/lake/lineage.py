@@ -15,21 +15,32 @@ first version read the table whole and, going downstream, rescanned every record
 checkpoint chain is a hundred hops deep).
 
 A data commit and its lineage row are two Iceberg commits: the data goes first, so a crash in
-between leaves a snapshot without a row — still explained by its own summary properties — never a
-row pointing at data that does not exist.
+between leaves a snapshot without a row, never a row pointing at data that does not exist. The gap
+is not permanent: the row is stamped into the snapshot's own summary (`factory.lineage`, with
+`{snapshot}` standing for the id it will get), and `heal` writes the row of every stamped snapshot
+that has none — `Lake.commit` heals the table's recent snapshots after each commit, the ingest's
+"unchanged" path heals its table, `factory lake heal` heals every table. `heal` reads which rows
+exist and appends the missing ones in one read-check-write commit (it lands only if the lineage
+table did not move since it was read), so two healers never write a row twice.
+
+`upstream_snapshots` turns a row's upstream version ids into the table snapshots behind them (a
+checkpoint lives in `train.checkpoints`, a mix version in `mixes.versions`, a tokenizer or an export
+in nothing, so it stands for its own upstream): what every commit stamps as
+`factory.upstream-snapshots`, so a snapshot names what it was made from without the lineage table.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, EqualTo, In, Or, StartsWith
 from pydantic import BaseModel, ConfigDict, Field
 
-from factory.lake.commit import CommitStamp, TableCommit
+from factory.lake.commit import LINEAGE_KEY, PREFIX, CommitStamp, TableCommit
 from factory.lake.schemas import LINEAGE
 from factory.version import canonical_json, config_hash
 
@@ -37,6 +48,12 @@ if TYPE_CHECKING:
     from factory.lake.catalog import Lake
 
 LINEAGE_TABLE = "factory.lineage"
+SNAPSHOT = "{snapshot}"  # in a stamped row's version_id: the id the snapshot gets when it commits
+HEAL_WINDOW = 20  # stamped snapshots of a table each commit checks for a missing row
+TABLE_VERSION = re.compile(r"^(?P<table>[A-Za-z_][\w]*\.[A-Za-z_][\w]*)@(?P<snapshot>\d+)$")
+# kinds whose row is kept in a table its `uri` does not name (mix versions, evals and sweeps have
+# `iceberg://<table>` URIs; table snapshots and synthetic batches are named after their table)
+RECORDED_IN = {"checkpoint": "train.checkpoints"}
 
 
 class LineageRecord(BaseModel):
@@ -70,23 +87,26 @@ class LineageRecord(BaseModel):
         return json.loads(self.metadata_json)
 
 
-def table_version_id(table: str, snapshot_id: int | None) -> str:
+def table_version_id(table: str, snapshot_id: int | str | None) -> str:
     return f"{table}@{snapshot_id}"
 
 
 def snapshot_record(
-    commit: TableCommit,
+    commit: TableCommit | str,
     stamp: CommitStamp,
     config: Any,
     *,
     uri: str | None = None,
     metadata: dict[str, Any] | None = None,
 ) -> LineageRecord:
-    """The lineage row for a table snapshot written by `commit` under `stamp`."""
+    """The lineage row for a table snapshot written by `commit` under `stamp` — or, given the
+    table's name before the commit, the row to hand to `Lake.commit(lineage=...)` (its version id
+    holds `{snapshot}` until the snapshot exists)."""
+    table, snapshot = (commit, None) if isinstance(commit, str) else (commit.table, commit.snapshot_id)
     return LineageRecord(
-        version_id=table_version_id(commit.table, commit.snapshot_id),
+        version_id=table_version_id(table, SNAPSHOT if snapshot is None else snapshot),
         kind="table_snapshot",
-        name=commit.table,
+        name=table,
         uri=uri,
         content_hash=stamp.content_hash or None,
         upstream=[table_version_id(t, s) for t, s in sorted(stamp.upstream.items())],
@@ -97,9 +117,38 @@ def snapshot_record(
         asset_key=stamp.asset_key,
         partition=stamp.partition,
         run_id=stamp.run_id,
-        snapshot_id=commit.snapshot_id,
+        snapshot_id=snapshot,
         metadata_json=canonical_json(metadata or {}),
     )
+
+
+def stamped_row(record: LineageRecord) -> str:
+    """`record` as the `factory.lineage` summary property (its snapshot id is the snapshot's own)."""
+    return canonical_json(record.model_dump(mode="json", exclude={"snapshot_id"}))
+
+
+def owed_record(snapshot) -> LineageRecord | None:
+    """The lineage row a snapshot was stamped with (None: it owes none, e.g. a delete snapshot,
+    a metrics append, or a snapshot written before rows were stamped)."""
+    extra = snapshot.summary.additional_properties if snapshot.summary else {}
+    stamped = extra.get(f"{PREFIX}{LINEAGE_KEY}")
+    if not stamped:
+        return None
+    fields = json.loads(stamped)
+    fields["version_id"] = fields["version_id"].replace(SNAPSHOT, str(snapshot.snapshot_id))
+    fields["snapshot_id"] = snapshot.snapshot_id
+    if not fields.get("content_hash"):  # the commit computed one when the writer had none
+        fields["content_hash"] = extra.get(f"{PREFIX}content-hash") or None
+    return LineageRecord(**fields)
+
+
+def recorded_in(record: LineageRecord) -> str | None:
+    """The table whose snapshot `record.snapshot_id` is (None for artifacts outside tables)."""
+    if record.kind in ("table_snapshot", "synthetic_batch"):
+        return record.name
+    if record.uri and record.uri.startswith("iceberg://"):
+        return record.uri.removeprefix("iceberg://").split("?")[0]
+    return RECORDED_IN.get(record.kind)
 
 
 class LineageStore:
@@ -119,6 +168,83 @@ class LineageStore:
         )
         return self.lake.commit(LINEAGE_TABLE, data, stamp, schema=LINEAGE)
 
+    def heal(self, table: str, *, window: int | None = None) -> list[LineageRecord]:
+        """Write the rows owed by `table`'s stamped snapshots (the newest `window` of them, or all)
+        that `factory.lineage` lacks; returns the rows written (see the module docstring)."""
+        owed = self.owed(table, window=window)
+        if not owed:
+            return []
+        written: list[LineageRecord] = []
+
+        def missing(lineage) -> pa.Table | None:
+            present = self._present(lineage, [r.snapshot_id for r in owed])
+            written[:] = [r for r in owed if (r.version_id, r.snapshot_id) not in present]
+            if not written:
+                return None
+            return pa.Table.from_pylist([r.model_dump() for r in written], schema=LINEAGE.as_arrow())
+
+        stamp = CommitStamp(asset_key="factory/lineage", config_hash="", run_id=owed[-1].run_id)
+        self.lake.commit(LINEAGE_TABLE, missing, stamp, schema=LINEAGE)
+        return written
+
+    def owed(self, table: str, *, window: int | None = None) -> list[LineageRecord]:
+        """The rows `table`'s stamped snapshots owe, in commit order (newest `window`, or all)."""
+        owed = []
+        for snapshot in reversed(self.lake.table(table).metadata.snapshots):  # newest first: a commit reads few
+            record = owed_record(snapshot)
+            if record is not None:
+                owed.append(record)
+                if window and len(owed) == window:
+                    break
+        return owed[::-1]
+
+    def gaps(self, table: str) -> list[LineageRecord]:
+        """The owed rows of `table` that `factory.lineage` lacks (what `heal` would write)."""
+        owed = self.owed(table)
+        if not owed:
+            return []
+        lineage = self.lake.table(LINEAGE_TABLE) if self.lake.has_table(LINEAGE_TABLE) else None
+        present = self._present(lineage, [r.snapshot_id for r in owed]) if lineage is not None else set()
+        return [r for r in owed if (r.version_id, r.snapshot_id) not in present]
+
+    @staticmethod
+    def _present(lineage, snapshot_ids: list[int]) -> set[tuple[str, int]]:
+        """(version_id, snapshot_id) of the rows of `lineage` (a loaded table) for those snapshots."""
+        if lineage.current_snapshot() is None:
+            return set()
+        rows = lineage.scan(row_filter=In("snapshot_id", snapshot_ids),
+                            selected_fields=("version_id", "snapshot_id")).to_arrow()
+        return set(zip(rows.column("version_id").to_pylist(), rows.column("snapshot_id").to_pylist()))
+
+    def upstream_snapshots(self, version_ids: list[str]) -> dict[str, int]:
+        """The table snapshots behind upstream version ids: a `table@snapshot` id is itself; a row
+        kept in a table (a checkpoint, a mix version, an eval) is that table's snapshot; an artifact
+        outside tables (a tokenizer, an export) stands for its own upstream. When one table is
+        reached at two snapshots, the nearer one is kept."""
+        found: dict[str, int] = {}
+        frontier, seen = list(version_ids), set()
+        while frontier:
+            frontier = [v for v in dict.fromkeys(frontier) if v not in seen]
+            seen.update(frontier)
+            lookup = []
+            for vid in frontier:
+                if match := TABLE_VERSION.match(vid):
+                    found.setdefault(match["table"], int(match["snapshot"]))
+                else:
+                    lookup.append(vid)
+            by_id = self._by_id(set(lookup))
+            frontier = []
+            for vid in lookup:
+                record = by_id.get(vid)
+                if record is None:
+                    continue
+                table = recorded_in(record)
+                if table and record.snapshot_id is not None:
+                    found.setdefault(table, record.snapshot_id)
+                else:
+                    frontier += record.upstream
+        return dict(sorted(found.items()))
+
     def records(self, where: BooleanExpression | None = None, **equal: str) -> list[LineageRecord]:
         """Lineage rows, oldest first: every row, or those matching `where` and `column=value`
         equalities (e.g. `kind="tokenizer"`), filtered inside the scan."""
@@ -132,15 +258,18 @@ class LineageStore:
 
     def resolve(self, ref: str) -> list[LineageRecord]:
         """Versions a user may mean by `ref`: a version id, a table or artifact name (its newest
-        version), a URI, or a content-hash prefix of at least 8 characters."""
+        version), a URI, or a content-hash prefix of at least 8 characters. A table name means the
+        table's current snapshot and nothing else: when that snapshot has no row, nothing (the
+        caller shows the snapshot itself), never an older snapshot's row."""
         exact = self.records(Or(EqualTo("version_id", ref), EqualTo("uri", ref)))
         if exact:
             return exact
         named = self.records(name=ref)
+        if named and self.lake.has_table(ref):
+            current = self.lake.current_snapshot_id(ref)
+            return [r for r in named if current is not None and r.snapshot_id == current]
         if named:
-            current = self.lake.current_snapshot_id(ref) if self.lake.has_table(ref) else None
-            pinned = [r for r in named if current is not None and r.snapshot_id == current]
-            return pinned or named[-1:]
+            return named[-1:]
         if len(ref) >= 8:
             return self.records(StartsWith("content_hash", ref))
         return []

@@ -7,7 +7,9 @@ code that wants an ad-hoc join over the lake (the lineage table included) withou
 Why views over `iceberg_scan(<metadata file>)` rather than a glob over the data files: the scan
 follows the table's manifests, so a query sees exactly the committed snapshot — files orphaned by a
 crashed or retried commit are never read, and DuckDB prunes files with the manifests' statistics.
-Each view pins the metadata file that is current when the connection is opened.
+Each view pins the metadata file that is current when the connection is opened. A table whose
+metadata cannot be read gets no view: queries over the other tables run, and one that names it
+fails with its error.
 
 DuckDB's `INSTALL iceberg` downloads the extension, and the factory's machines are offline, so the
 avro extension (which iceberg needs to read manifests) and then the iceberg extension are `LOAD`ed
@@ -33,7 +35,7 @@ from urllib.parse import urlparse
 import duckdb
 import pyarrow as pa
 
-from factory.lake.catalog import Lake, LakeError
+from factory.lake.catalog import Lake, LakeError, TableUnreadable
 
 # Load order matters: iceberg reads manifest lists and manifests through avro.
 EXTENSIONS = (("duckdb_extension_avro", "avro"), ("duckdb_extension_iceberg", "iceberg"))
@@ -68,14 +70,21 @@ def load_extensions(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f"LOAD {_literal(str(extension_path(package, extension)))}")
 
 
-def connect(lake: Lake) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB connection with every lake table as the view `namespace.table`."""
+def connect(lake: Lake, unreadable: dict[str, str] | None = None) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection with every lake table as the view `namespace.table`; a table
+    whose metadata cannot be read gets no view (its error goes into `unreadable`), so a query over
+    the others still runs."""
     con = duckdb.connect(":memory:")
     load_extensions(con)
     buckets: set[str] = set()
     for name in lake.tables():
         namespace, table_name = name.rsplit(".", 1)
-        table = lake.table(name)
+        try:
+            table = lake.table(name)
+        except TableUnreadable as e:
+            if unreadable is not None:
+                unreadable[name] = str(e)
+            continue
         target = f"{_ident(namespace)}.{_ident(table_name)}"
         con.execute(f"CREATE SCHEMA IF NOT EXISTS {_ident(namespace)}")
         metadata = local_metadata_path(table.metadata_location)
@@ -127,12 +136,15 @@ def s3_secret(location: str, io: dict[str, str]) -> str | None:
 
 def query(lake: Lake, sql: str) -> pa.Table:
     """Run `sql` over the lake and return the result as Arrow; `QueryError` names what is wrong."""
-    con = connect(lake)
+    unreadable: dict[str, str] = {}
+    con = connect(lake, unreadable)
     try:
         relation = con.sql(sql)  # None for statements without a result (CREATE, SET, ...)
         return relation.to_arrow_table() if relation is not None else pa.table({})
     except duckdb.CatalogException as exc:
-        raise QueryError(_catalog_message(str(exc), sql, lake.tables())) from None
+        message = _catalog_message(str(exc), sql, lake.tables())
+        broken = next((e for name, e in unreadable.items() if message.startswith(f"unknown table {name} ")), None)
+        raise QueryError(broken or message) from None
     except duckdb.Error as exc:
         raise QueryError(f"query failed: {str(exc).strip()}") from None
     finally:

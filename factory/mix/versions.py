@@ -109,15 +109,14 @@ def register_mix_version(
     )
     stamp = CommitStamp(asset_key=asset_key, config_hash=config_hash(spec), run_id=run_id, partition=spec.name,
                         upstream={t: p.snapshot_id for t, p in pins.items()}, content_hash=plan_hash)
-    commit = lake.commit(MIX_VERSIONS_TABLE, _rows(version), stamp, schema=MIX_VERSIONS)
-    lake.lineage.record(LineageRecord(
+    lake.commit(MIX_VERSIONS_TABLE, _rows(version), stamp, schema=MIX_VERSIONS, lineage=LineageRecord(
         version_id=version.version_id, kind="mix_version", name=f"mix/{spec.name}",
         uri=f"iceberg://{MIX_VERSIONS_TABLE}?version_id={version.version_id}", content_hash=plan_hash,
         upstream=[table_version_id(t, p.snapshot_id) for t, p in sorted(pins.items())]
         + [tokenizer.version_id] + list(extra_upstream or []),
         config_json=canonical_json(spec), config_hash=config_hash(spec), code_version=code_version(),
         env_lock=env_lock_hash(), asset_key=asset_key, partition=spec.name, run_id=run_id,
-        snapshot_id=commit.snapshot_id, metadata_json=canonical_json({"weights": spec.weights, "seq_len": spec.seq_len,
+        metadata_json=canonical_json({"weights": spec.weights, "seq_len": spec.seq_len,
                                       "token_estimate": sum(p.token_estimate for p in pins.values())}),
     ))
     return version, True

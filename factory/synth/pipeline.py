@@ -1,7 +1,9 @@
 """Run a synthetic-data pipeline: seeds → stages → validators → `synthetic.<name>` with provenance.
 
-Candidates move through the pipeline in batches. Each stage's generator adds one field; a failed
-generation (after its retries) rejects the candidate with the stage and the error. The training
+Candidates move through the pipeline in batches. Each stage's generator adds one field; a rejected
+generation rejects the candidate with the stage and the error, and a generator that cannot work
+(a dead engine or endpoint, a bug in a function stage) fails the run (`GeneratorError`, see
+generators.py) before anything is committed. The training
 text is rendered from the fields, then every validator runs on the candidates still standing.
 Accepted rows go to `synthetic.<name>` (the columns the mix loader streams, plus provenance:
 seed id, agent chain, export id, template hash, verdicts, attempts); rejected ones, with their
@@ -28,7 +30,7 @@ from typing import Callable
 import pyarrow as pa
 
 from factory.lake import CommitStamp, Lake, LineageRecord
-from factory.lake.lineage import table_version_id
+from factory.lake.lineage import SNAPSHOT, table_version_id
 from factory.lake.schemas import SYNTHETIC_DOCUMENTS, SYNTHETIC_REJECTED
 from factory.synth.agents import Supervisor, run_loop
 from factory.synth.config import PipelineConfig, SeedsConfig
@@ -114,12 +116,13 @@ def run_pipeline(lake: Lake, config: PipelineConfig, *, engine_for: Callable[[st
     upstream += secondary.upstream
     result = SynthResult(config.name, uuid.uuid4().hex[:12], len(seeds), 0)
     generators = [Generator(s.generator, max_attempts=config.budget.max_attempts, seed=config.seed + i,
-                            engine_for=engine_for) if s.generator else None for i, s in enumerate(config.stages)]
+                            engine_for=engine_for, name=f"stage {s.name}") if s.generator else None
+                  for i, s in enumerate(config.stages)]
     agents: list[Generator] = []
 
     def make_agent(agent, index: int) -> Generator:
         agents.append(Generator(agent.generator, max_attempts=config.budget.max_attempts,
-                                seed=config.seed + 100 + index, engine_for=engine_for))
+                                seed=config.seed + 100 + index, engine_for=engine_for, name=f"agent {agent.name}"))
         return agents[-1]
 
     def add_tokens(n: int) -> None:
@@ -221,22 +224,24 @@ def _row(config: PipelineConfig, c: dict, exports, templates, batch_id: str, now
 def _commit(lake: Lake, config: PipelineConfig, result: SynthResult, accepted: list[dict], rejected: list[dict],
             upstream: list[str], run_id: str) -> None:
     chash = config_hash(config.model_dump(mode="json"))
-    stamp = CommitStamp(asset_key=f"synthetic/{config.name}", config_hash=chash, run_id=run_id)
+    stamp = CommitStamp(asset_key=f"synthetic/{config.name}", config_hash=chash, run_id=run_id,
+                        upstream=lake.lineage.upstream_snapshots(upstream))
     if rejected:
         lake.commit(config.rejected_table, pa.Table.from_pylist(rejected, schema=SYNTHETIC_REJECTED.as_arrow()),
                     stamp, schema=SYNTHETIC_REJECTED)
     if not accepted:  # no new snapshot: nothing downstream (a mix following this table) should react
         return
     data = pa.Table.from_pylist(accepted, schema=SYNTHETIC_DOCUMENTS.as_arrow())
-    commit = lake.commit(config.table, data, stamp, schema=SYNTHETIC_DOCUMENTS)
-    result.snapshot_id = commit.snapshot_id
-    result.version_id = table_version_id(config.table, commit.snapshot_id)
-    lake.lineage.record(LineageRecord(
-        version_id=result.version_id, kind="synthetic_batch", name=config.table,
+    lake.ensure_table(config.table, SYNTHETIC_DOCUMENTS)
+    row = LineageRecord(
+        version_id=table_version_id(config.table, SNAPSHOT), kind="synthetic_batch", name=config.table,
         uri=lake.table(config.table).location(), upstream=upstream, config_json=canonical_json(config.model_dump(mode="json")),
         config_hash=chash, code_version=stamp.code_version, env_lock=env_lock_hash(), asset_key=stamp.asset_key,
-        run_id=run_id, snapshot_id=commit.snapshot_id,
+        run_id=run_id,
         metadata_json=canonical_json({"batch_id": result.batch_id, "seeds": result.seeds, "accepted": len(accepted),
                                       "rejected": dict(result.rejected), "tokens": result.tokens,
                                       "stopped": result.stopped}),
-    ))
+    )
+    commit = lake.commit(config.table, data, stamp, lineage=row)
+    result.snapshot_id = commit.snapshot_id
+    result.version_id = table_version_id(config.table, commit.snapshot_id)

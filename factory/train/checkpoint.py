@@ -272,7 +272,8 @@ def record_checkpoint(
     `upstream` is what the checkpoint was trained from: the mix version id, the tokenizer version
     id and the previous checkpoint id (absent for the first one).
     """
-    stamp = CommitStamp(asset_key=asset_key, config_hash=config_hash, run_id=run_id, content_hash=ref.sha256)
+    stamp = CommitStamp(asset_key=asset_key, config_hash=config_hash, run_id=run_id, content_hash=ref.sha256,
+                        upstream=lake.lineage.upstream_snapshots(list(upstream)))
     row = {
         "checkpoint_id": ref.checkpoint_id, "run": ref.run, "experiment": experiment, "step": ref.step,
         "tokens": ref.tokens, "uri": ref.uri, "sha256": ref.sha256, "bytes": ref.bytes, "loss": ref.loss,
@@ -280,12 +281,11 @@ def record_checkpoint(
         "code_version": stamp.code_version, "created_at": ref.created_at,
     }
     data = pa.Table.from_pylist([row], schema=TRAIN_CHECKPOINTS.as_arrow())
-    commit = lake.commit(CHECKPOINTS_TABLE, data, stamp, schema=TRAIN_CHECKPOINTS)
-    lake.lineage.record(LineageRecord(
+    lake.commit(CHECKPOINTS_TABLE, data, stamp, schema=TRAIN_CHECKPOINTS, lineage=LineageRecord(
         version_id=ref.checkpoint_id, kind="checkpoint", name=f"run/{ref.run}", uri=ref.uri,
         content_hash=ref.sha256, upstream=list(upstream), config_hash=config_hash,
         code_version=stamp.code_version, env_lock=env_lock_hash(), asset_key=asset_key, run_id=run_id,
-        snapshot_id=commit.snapshot_id, created_at=ref.created_at,
+        created_at=ref.created_at,
         metadata_json=canonical_json({"step": ref.step, "tokens": ref.tokens, "loss": ref.loss,
                                       "bytes": ref.bytes, "experiment": experiment}),
     ))

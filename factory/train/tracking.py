@@ -306,8 +306,19 @@ class NeptuneTracker(Tracker):
 
 
 # -- Iceberg -------------------------------------------------------------------------------------
-def _stamp(table: str) -> CommitStamp:
-    return CommitStamp(asset_key=table.replace(".", "/"), config_hash="")
+def _stamp(table: str, lake: Lake | None = None, upstream: Sequence[str] = (), **fields: str) -> CommitStamp:
+    """The stamp of a `train.*` commit: the table snapshots behind the run's `upstream` versions
+    (its mix version and tokenizer, or its newest checkpoint) when a lake can resolve them."""
+    ids = [u for u in upstream if u]
+    snapshots = lake.lineage.upstream_snapshots(ids) if lake is not None and ids else {}
+    return CommitStamp(**{"asset_key": table.replace(".", "/"), "config_hash": "", **fields}, upstream=snapshots)
+
+
+def _run_upstream(lake: Lake, run: str) -> list[str]:
+    """The versions a run's state comes from, by its newest checkpoint row: that checkpoint, then
+    what it was trained from (mix version, tokenizer); [] before the run's first checkpoint."""
+    newest = lake.lineage.records(kind="checkpoint", name=f"run/{run}")[-1:]
+    return [newest[0].version_id, *newest[0].upstream] if newest else []
 
 
 class IcebergMetrics(Tracker):
@@ -321,6 +332,7 @@ class IcebergMetrics(Tracker):
     def __init__(self, lake: Lake, run: str, *, stamp: CommitStamp | None = None, max_rows: int = 100_000):
         self.lake = lake
         self.run = run
+        self.given_stamp = stamp
         self.stamp = stamp or _stamp(METRICS_TABLE)
         self.max_rows = max_rows
         self.rows: list[dict] = []
@@ -328,6 +340,10 @@ class IcebergMetrics(Tracker):
 
     def start(self, run: str, params: dict, tags: dict) -> None:
         self.run = run
+        if self.given_stamp is None:  # the trainer's params are its plan: the mix version and tokenizer it reads
+            self.stamp = _stamp(METRICS_TABLE, self.lake, [tags.get("mix") or params.get("mix_version", ""),
+                                                           params.get("tokenizer", "")],
+                                config_hash=str(params.get("config_hash", "")), run_id=str(tags.get("run_id", "")))
 
     def log_metrics(self, step: int, metrics: dict[str, float]) -> None:
         now = datetime.now(timezone.utc)
@@ -355,7 +371,8 @@ def record_incident(lake: Lake, run: str, step: int, kind: str, detail: dict,
     row = {"run": run, "step": int(step), "kind": kind, "detail": json.dumps(detail, sort_keys=True, default=str),
            "created_at": datetime.now(timezone.utc)}
     data = pa.Table.from_pylist([row], schema=TRAIN_INCIDENTS.as_arrow())
-    return lake.commit(INCIDENTS_TABLE, data, stamp or _stamp(INCIDENTS_TABLE), schema=TRAIN_INCIDENTS)
+    stamp = stamp or _stamp(INCIDENTS_TABLE, lake, _run_upstream(lake, run))
+    return lake.commit(INCIDENTS_TABLE, data, stamp, schema=TRAIN_INCIDENTS)
 
 
 # -- fan-out -------------------------------------------------------------------------------------

@@ -9,12 +9,8 @@ the same lake (the profile in FACTORY_DEPLOY_JSON) and is SIGKILLed mid-commit (
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import textwrap
-import time
+
 import pytest
 
 from factory.data.ingest import ingest_source
@@ -44,7 +40,7 @@ CHILD = textwrap.dedent(
 pytestmark = pytest.mark.usefixtures("catalog")
 
 
-def test_killed_ingest_leaves_previous_snapshot(lake, tmp_path, list_stored_files):
+def test_killed_ingest_leaves_previous_snapshot(lake, tmp_path, list_stored_files, kill_at_marker):
     root = tmp_path / "src"
     root.mkdir()
     (root / "a.py").write_text("a = 1\n")
@@ -56,23 +52,8 @@ def test_killed_ingest_leaves_previous_snapshot(lake, tmp_path, list_stored_file
 
     (root / "c.py").write_text("c = 3\n")  # a change, so the child really commits
     marker = tmp_path / "marker"
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(lake.home), str(root), str(marker)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "FACTORY_CODE_VERSION": "test"},
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while not marker.exists():
-            assert child.poll() is None, child.communicate()[1][-3000:]
-            assert time.monotonic() < deadline, "child never reached on_files_written"
-            time.sleep(0.05)
-        child.send_signal(signal.SIGKILL)
-        out, _ = child.communicate(timeout=30)
-    finally:
-        if child.poll() is None:
-            child.kill()
-    assert child.returncode == -signal.SIGKILL and "committed" not in out
+    out = kill_at_marker(CHILD, str(lake.home), str(root), str(marker), marker=marker)
+    assert "committed" not in out
 
     table = lake.table("raw.toy")
     assert lake.current_snapshot_id("raw.toy") == first.snapshot_id

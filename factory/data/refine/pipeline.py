@@ -10,12 +10,13 @@ table at its current snapshot (pinned in the stamp and lineage), applies the ste
 2. the dropped rows to `refined.exclusions`, replacing that (source, step)'s previous drops, so
    "what did near dedup remove from site_packages?" is one `factory sql` query;
 
-then a lineage row for the step's snapshot. Counts (rows and bytes in/out, drops by reason,
+the step's lineage row stamped into its snapshot and written right after (see `Lake.commit`). Counts (rows and bytes in/out, drops by reason,
 redactions by kind) come from one aggregation over the labelled rows.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Callable
@@ -37,6 +38,7 @@ from factory.lake.schemas import EXCLUSIONS, REFINED_DOCUMENTS
 from factory.version import config_hash
 
 EXCLUSIONS_TABLE = "refined.exclusions"
+NOT_REPORTED = ("rows_dropped", "content_hash", "exclusions_hash")  # stats that go into stamps only
 
 
 class StepReport(BaseModel):
@@ -154,12 +156,20 @@ def run_step(
         stats = _stats(labelled, count_redactions=step.kind == "redact")
         kept, dropped = split(labelled)
         stamp = CommitStamp(asset_key=table.replace(".", "/"), config_hash=config_hash(step), run_id=run_id,
-                            upstream=upstream)
+                            upstream=upstream, content_hash=stats["content_hash"])
         lake.ensure_table(table, REFINED_DOCUMENTS)
+        report = StepReport(
+            source=source, step=step.kind, input_table=input_table, input_snapshot_id=snapshot, table=table,
+            snapshot_id=None, exclusions_snapshot_id=None, seconds=0.0,
+            **{k: v for k, v in stats.items() if k not in NOT_REPORTED},
+        )
         commit = lake.commit(
             table, _with_rows(write_parquet(lake, table, kept, list(REFINED_DOCUMENTS.as_arrow().names), s3),
                               stats["rows_out"]),
             stamp, mode="overwrite",
+            lineage=snapshot_record(table, stamp, step, uri=lake.table(table).location(),
+                                    metadata=report.model_dump(include={"rows_in", "rows_out", "bytes_in", "bytes_out",
+                                                                        "dropped", "redactions"})),
         )
         lake.ensure_table(EXCLUSIONS_TABLE, EXCLUSIONS)
         excluded = dropped.select(
@@ -170,22 +180,16 @@ def run_step(
             EXCLUSIONS_TABLE,
             _with_rows(write_parquet(lake, EXCLUSIONS_TABLE, excluded, list(EXCLUSIONS.as_arrow().names), s3),
                        stats["rows_dropped"]),
-            stamp.model_copy(update={"asset_key": f"{table.replace('.', '/')}:exclusions"}),
+            stamp.model_copy(update={"asset_key": f"{table.replace('.', '/')}:exclusions",
+                                     "content_hash": stats["exclusions_hash"]}),
             mode="overwrite", overwrite_filter=And(EqualTo("source", source), EqualTo("step", step.kind)),
         )
     finally:
         labelled.unpersist()
 
-    report = StepReport(
-        source=source, step=step.kind, input_table=input_table, input_snapshot_id=snapshot, table=table,
-        snapshot_id=commit.snapshot_id, exclusions_snapshot_id=exclusions.snapshot_id,
-        seconds=round(time.perf_counter() - started, 2), **{k: v for k, v in stats.items() if k != "rows_dropped"},
-    )
-    lake.lineage.record(snapshot_record(
-        commit, stamp, step, uri=lake.table(table).location(),
-        metadata=report.model_dump(include={"rows_in", "rows_out", "bytes_in", "bytes_out", "dropped",
-                                            "redactions", "exclusions_snapshot_id", "seconds"}),
-    ))
+    report = report.model_copy(update={"snapshot_id": commit.snapshot_id,
+                                       "exclusions_snapshot_id": exclusions.snapshot_id,
+                                       "seconds": round(time.perf_counter() - started, 2)})
     log(f"{source}: {step.kind} kept {report.rows_out}/{report.rows_in}, dropped {report.dropped}")
     return report
 
@@ -203,9 +207,14 @@ def _with_rows(data: ParquetFiles | pa.Table, rows: int) -> ParquetFiles | pa.Ta
 
 
 def _stats(labelled: DataFrame, count_redactions: bool) -> dict:
-    """Rows/bytes in and out, drops by reason, redactions by kind — one aggregation job."""
+    """Rows/bytes in and out, drops by reason, redactions by kind, and the content hashes of the
+    kept and the dropped rows — one aggregation job. A content hash is the row count and the sum of
+    each row's 64-bit hash of (doc_id, text, drop reason), as a decimal so it cannot overflow:
+    independent of row and file order, as executors write in no fixed order."""
+    digest = F.xxhash64("doc_id", "text", F.coalesce("drop_reason", F.lit(""))).cast("decimal(38,0)")
     by_reason = labelled.groupBy("drop_reason").agg(
-        F.count("*").alias("rows"), F.coalesce(F.sum("bytes"), F.lit(0)).alias("bytes")
+        F.count("*").alias("rows"), F.coalesce(F.sum("bytes"), F.lit(0)).alias("bytes"),
+        F.coalesce(F.sum(digest), F.lit(0)).alias("digest"),
     ).collect()
     redactions: dict[str, int] = {}
     rows = labelled.where(F.col("redactions") != "{}").groupBy("redactions").count().collect() if count_redactions else []
@@ -223,4 +232,11 @@ def _stats(labelled: DataFrame, count_redactions: bool) -> dict:
         "dropped": dict(sorted(dropped.items())),
         "dropped_bytes": {r["drop_reason"]: r["bytes"] for r in by_reason if r["drop_reason"] is not None},
         "redactions": dict(sorted(redactions.items())),
+        "content_hash": _digest([kept] if kept else []),
+        "exclusions_hash": _digest([r for r in by_reason if r["drop_reason"] is not None]),
     }
+
+
+def _digest(groups) -> str:
+    rows, total = sum(r["rows"] for r in groups), sum(int(r["digest"]) for r in groups)
+    return hashlib.sha256(f"{rows}:{total}".encode()).hexdigest()[:24]
