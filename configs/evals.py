@@ -6,10 +6,17 @@ HumanEval greedy pass@1 on all 164 problems plus sampled pass@1/pass@5 on the fi
 the same tasks on a sliver, for tests and the end-to-end sensor check.
 """
 
-from factory.evals import SuiteConfig
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # factory.evals imports torch: experiment discovery checks suite names without it
+    from factory.evals import SuiteConfig
 
 
 def default() -> SuiteConfig:
+    from factory.evals import SuiteConfig
+
     return SuiteConfig(name="default", tasks=[
         {"task": "bpb", "max_docs": 32},
         {"task": "line_completion", "max_examples": 200},
@@ -20,6 +27,8 @@ def default() -> SuiteConfig:
 
 
 def quick() -> SuiteConfig:
+    from factory.evals import SuiteConfig
+
     return SuiteConfig(name="quick", tasks=[
         {"task": "bpb", "max_docs": 4, "max_bytes_per_doc": 1024},
         {"task": "line_completion", "max_examples": 16},
@@ -29,6 +38,8 @@ def quick() -> SuiteConfig:
 
 def heldout() -> SuiteConfig:
     """Held-out bits per byte only: what sweeps and the auto-mixer's proxies are ranked by."""
+    from factory.evals import SuiteConfig
+
     return SuiteConfig(name="heldout", tasks=[{"task": "bpb", "max_docs": 16, "max_bytes_per_doc": 2048}])
 
 

@@ -1,9 +1,18 @@
 """Discovery of experiments and sweeps: the files under `configs/experiments/` and `configs/sweeps/`
 as they are on disk *now*.
 
-An experiment is any public function of a module in `configs/experiments/` annotated to return
-`ExperimentConfig`; a sweep, one in `configs/sweeps/` annotated to return `SweepConfig`. Variants
-call their base (`smoke().derive(...)`), so a module may import another experiment module.
+An experiment is a public function of a module in `configs/experiments/` that returns an
+`ExperimentConfig`; a sweep, one in `configs/sweeps/` that returns a `SweepConfig`. Variants call
+their base (`smoke().derive(...)`), so a module may import another experiment module (imported
+functions belong to their own file and are not found twice). Which functions are called:
+- annotated `-> ExperimentConfig`: always; raising or returning anything else is an error;
+- not annotated, or annotated with a name the file does not define (`-> ExperimentConfg`): called
+  too, so a forgotten or misspelt annotation does not hide an experiment. It is found when it
+  returns one; raising, or returning None (a forgotten `return`), is an error; returning other
+  data means it is a helper and is left alone;
+- annotated with anything else (`-> ModelConfig`, a sweep file's base `-> ExperimentConfig`) or
+  private (`_name`): a helper, never called. A function that needs arguments is never called
+  (an error when it is annotated as an experiment).
 
 Why a fresh import every time: the experiment sensor runs in a long-lived code server, and a
 researcher edits a file and expects the next tick to see the edit. A normal re-import would
@@ -18,6 +27,7 @@ what it found and one error per broken function, naming the file, the function a
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.abc
 import importlib.util
@@ -116,13 +126,46 @@ def _fresh(directory: Path):
             sys.meta_path.remove(finder)
 
 
-def _returns(fn, cls: type) -> bool:
+def _claim(fn, cls: type) -> str:
+    """What `fn`'s return annotation says: "yes" (it is `cls`), "no" (something else: a helper),
+    "none" (no annotation) or "unknown" (a name the file does not define, e.g. a typo)."""
     annotation = inspect.signature(fn).return_annotation
-    return annotation is cls or annotation == cls.__name__
+    if annotation is inspect.Signature.empty:
+        return "none"
+    if annotation is cls or annotation == cls.__name__:
+        return "yes"
+    if not isinstance(annotation, str):
+        return "no"
+    try:  # `from __future__ import annotations` leaves a string: resolve it as typing would
+        resolved = eval(annotation, fn.__globals__)  # noqa: S307 - the experiment file's own annotation
+    except (NameError, AttributeError, SyntaxError, TypeError):
+        return "unknown"
+    return "yes" if resolved is cls else "no"
+
+
+def _required(fn) -> list[str]:
+    return [p.name for p in inspect.signature(fn).parameters.values()
+            if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+
+def _not_a(cls: type, fn, claim: str, config) -> str | None:
+    """Why `fn`'s result is an error, or None when it is a helper's data to leave alone."""
+    got = f"returned {type(config).__name__}, not {cls.__name__}"
+    if claim == "yes":
+        return got
+    if claim == "unknown":
+        annotation = inspect.signature(fn).return_annotation
+        close = difflib.get_close_matches(annotation.rpartition(".")[2], [cls.__name__], n=1)
+        hint = f" (did you mean {cls.__name__}?)" if close else ""
+        return f"annotated -> {annotation}, which the file does not define{hint}, and {got}"
+    if config is None:
+        return f"{got} (a missing `return`? make it private, `_{fn.__name__}`, if it is not one)"
+    return None
 
 
 def discover(directory: Path, cls: type, what: str) -> Discovery:
-    """Every `cls` returned by a public function of a module in `directory` (see the docstring)."""
+    """Every `cls` returned by a public function of a module in `directory`, and one error per
+    function that looks like a failed attempt at one (see the module docstring)."""
     result = Discovery()
     if not directory.is_dir():
         result.errors.append(f"{directory}: not a directory")
@@ -137,19 +180,31 @@ def discover(directory: Path, cls: type, what: str) -> Discovery:
                 result.errors.append(f"{path.name}: cannot import: {type(e).__name__}: {e}")
                 continue
             for fname, fn in inspect.getmembers(module, inspect.isfunction):
-                if fname.startswith("_") or fn.__module__ != module.__name__ or not _returns(fn, cls):
+                if fname.startswith("_") or fn.__module__ != module.__name__:
+                    continue
+                claim = _claim(fn, cls)
+                if claim == "no":
                     continue
                 source = f"{path.name}:{fname}"
+                required = _required(fn)
+                if required:
+                    if claim != "none":
+                        result.errors.append(f"{source}: takes arguments ({', '.join(required)}); "
+                                             f"{what}s are functions without arguments")
+                    continue
                 try:
                     config = fn()
                 except ValidationError as e:
-                    result.errors.append(f"{source}: invalid {what}: {validation_message(e)}")
+                    part = "" if e.title == cls.__name__ else f" ({e.title})"
+                    result.errors.append(f"{source}: invalid {what}{part}: {validation_message(e)}")
                     continue
-                except Exception as e:
+                except Exception as e:  # a broken function must not hide the others
                     result.errors.append(f"{source}: {type(e).__name__}: {e}")
                     continue
                 if not isinstance(config, cls):
-                    result.errors.append(f"{source}: returned {type(config).__name__}, not {cls.__name__}")
+                    problem = _not_a(cls, fn, claim, config)
+                    if problem:
+                        result.errors.append(f"{source}: {problem}")
                     continue
                 if config.name in result.found:
                     result.errors.append(f"{source}: {what} name {config.name!r} is already defined by "

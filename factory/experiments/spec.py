@@ -9,11 +9,17 @@ runs of the same identity on different hardware are the same experiment.
 vocabulary from its tokenizer — and derives the rest: steps from tokens, tokens per step,
 gradient accumulation, parameter count. A plan that cannot run (batch not divisible, a model
 shorter than the mix's sequences, a missing mix) fails here, before any process starts.
+
+What a config can check on its own it checks when it is built, so a typo fails at the door and
+not after training: every float is finite (`lr=inf` is refused with its field path, see
+`factory.train.config`), and `eval_suite` must name a suite of `configs/evals.py`. A stored
+plan (a checkpoint's) is read with `Plan.load`, which skips the suite check: a suite renamed
+since must not make old checkpoints unreadable (`factory evals` checks the suite it runs).
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from factory.train.config import (
     CheckpointConfig,
@@ -32,15 +38,30 @@ class ExperimentError(ValueError):
     """An experiment cannot run as configured; the message names the field."""
 
 
+STORED = {"stored": True}  # validation context of a stored plan (see `Plan.load`)
+
+
 def validation_message(e: ValidationError) -> str:
-    """`field.path: message; ...` — pydantic's errors on one line, without its input echo."""
-    return "; ".join(f"{'.'.join(map(str, err['loc'])) or '(config)'}: {err['msg']}" for err in e.errors())
+    """`field.path: message; ...` — pydantic's errors on one line, without its input echo (and
+    without the "Value error, " that pydantic puts before our own validators' messages)."""
+    parts = []
+    for err in e.errors():
+        msg = err["msg"].removeprefix("Value error, ")
+        parts.append(f"{'.'.join(map(str, err['loc']))}: {msg}" if err["loc"] else msg)
+    return "; ".join(parts)
+
+
+def eval_suites() -> list[str]:
+    """The suites `configs/evals.py` defines, imported when first asked."""
+    from configs.evals import SUITES
+
+    return sorted(SUITES)
 
 
 class ExperimentConfig(BaseModel):
     """One training experiment."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_\-]*$", description="Run name; checkpoints live under it.")
     description: str = Field("", description="The goal, in a sentence or two (shown on the card).")
@@ -68,6 +89,16 @@ class ExperimentConfig(BaseModel):
     tracker: TrackerConfig = TrackerConfig()
     loader_shards: int = Field(8, ge=1, description="Logical data shards (world sizes must divide it).")
     loader_workers: int = Field(1, ge=0, description="Loader threads per rank (execution choice).")
+
+    @field_validator("eval_suite")
+    @classmethod
+    def _known_suite(cls, name: str, info: ValidationInfo) -> str:
+        if (info.context or {}).get("stored"):
+            return name
+        known = eval_suites()
+        if name not in known:
+            raise ValueError(f"unknown eval suite {name!r}; configs/evals.py defines {known}")
+        return name
 
     @model_validator(mode="after")
     def _length(self) -> "ExperimentConfig":
@@ -118,6 +149,12 @@ class Plan(BaseModel):
     @property
     def tokens(self) -> int:
         return self.steps * self.tokens_per_step
+
+    @classmethod
+    def load(cls, payload: str) -> "Plan":
+        """A plan stored with a checkpoint (JSON), read without the checks that depend on today's
+        configs (its eval suite may have been renamed since)."""
+        return cls.model_validate_json(payload, context=STORED)
 
 
 def plan_experiment(lake, experiment: ExperimentConfig) -> Plan:

@@ -14,16 +14,23 @@ and an unchanged cell is never run twice.
 
 The budget bounds what a launch may start: `max_runs` is checked when the sweep expands,
 `max_tokens` (all cells together) when the cells are planned against the lake.
+
+Everything a sweep can check on its own it checks when it is built, naming the parameter: a
+distribution's bounds (`params.optimizer.lr: LogUniform low=0.01 > high=0.001`, a NaN bound, a
+LogUniform reaching 0), and every listed value against its field's own type and constraints
+(`params.optimizer.lr[1]: Input should be a finite number`). A distribution checks its bounds
+only inside a sweep, where its path is known: built alone it cannot name the field it serves.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from typing import Any, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic.fields import FieldInfo
 
 from factory.experiments.spec import ExperimentConfig, ExperimentError, validation_message
 
@@ -34,12 +41,24 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+def _bounds(name: str, low: float, high: float) -> str | None:
+    for side, value in (("low", low), ("high", high)):
+        if not math.isfinite(value):
+            return f"{name} {side}={value} is not a finite number"
+    if low >= high:
+        return f"{name} low={low:g} {'>' if low > high else '='} high={high:g} (low must be below high)"
+    return None
+
+
 class Uniform(_Frozen):
     """A float drawn uniformly from [low, high] (random search)."""
 
     kind: Literal["uniform"] = "uniform"
     low: float
     high: float
+
+    def problem(self) -> str | None:
+        return _bounds("Uniform", self.low, self.high)
 
     def sample(self, rng: np.random.Generator) -> float:
         return float(f"{rng.uniform(self.low, self.high):.4g}")
@@ -49,8 +68,13 @@ class LogUniform(_Frozen):
     """A float whose log is uniform on [log low, log high]: learning rates (random search)."""
 
     kind: Literal["log_uniform"] = "log_uniform"
-    low: float = Field(gt=0)
-    high: float = Field(gt=0)
+    low: float
+    high: float
+
+    def problem(self) -> str | None:
+        if self.low <= 0:  # before the order: log(low) is what fails
+            return f"LogUniform low={self.low:g} must be > 0 (its log is taken)"
+        return _bounds("LogUniform", self.low, self.high)
 
     def sample(self, rng: np.random.Generator) -> float:
         return float(f"{math.exp(rng.uniform(math.log(self.low), math.log(self.high))):.4g}")
@@ -61,14 +85,17 @@ class Dirichlet(_Frozen):
 
     kind: Literal["dirichlet"] = "dirichlet"
     tables: tuple[str, ...] = Field(min_length=2, description="The mix's tables, in a fixed order.")
-    alpha: float = Field(1.0, gt=0, description="Concentration: small = corners of the simplex, large = near the prior.")
+    alpha: float = Field(1.0, description="Concentration (> 0): small = corners of the simplex, large = near "
+                                          "the prior.")
     prior: tuple[float, ...] | None = Field(None, description="Centre of the draws (default: uniform over tables).")
 
-    @model_validator(mode="after")
-    def _prior(self) -> "Dirichlet":
-        if self.prior is not None and (len(self.prior) != len(self.tables) or min(self.prior) <= 0):
-            raise ValueError(f"prior needs one positive value per table ({len(self.tables)})")
-        return self
+    def problem(self) -> str | None:
+        if not (math.isfinite(self.alpha) and self.alpha > 0):
+            return f"Dirichlet alpha={self.alpha} must be a finite number > 0"
+        if self.prior is not None and (len(self.prior) != len(self.tables)
+                                       or not all(math.isfinite(p) and p > 0 for p in self.prior)):
+            return f"Dirichlet prior needs one finite positive value per table ({len(self.tables)}), got {self.prior}"
+        return None
 
     def sample(self, rng: np.random.Generator) -> dict[str, float]:
         prior = np.array(self.prior or [1.0] * len(self.tables), dtype=np.float64)
@@ -110,13 +137,17 @@ class SweepConfig(_Frozen):
     @model_validator(mode="after")
     def _check(self) -> "SweepConfig":
         for path, values in self.params.items():
-            _check_path(path)
+            field = _check_path(path)
             if isinstance(values, list) and not values:
                 raise ValueError(f"params.{path}: no values")
             if self.search == "grid" and not isinstance(values, list):
                 raise ValueError(f"params.{path}: grid search needs a list of values, not {type(values).__name__}")
-            if isinstance(values, Dirichlet) != (path == "mix_weights"):
+            if isinstance(values, Dirichlet) != (path == "mix_weights") and not isinstance(values, list):
                 raise ValueError(f"params.{path}: Dirichlet is for mix_weights, and mix_weights needs Dirichlet or a list")
+            if isinstance(values, list):
+                _check_values(path, field, values)
+            elif problem := values.problem():
+                raise ValueError(f"params.{path}: {problem}")
         if self.search == "random" and self.samples is None:
             raise ValueError("random search needs samples")
         if self.search == "grid" and self.samples is not None:
@@ -126,17 +157,32 @@ class SweepConfig(_Frozen):
         return self
 
 
-def _check_path(path: str) -> None:
+def _check_path(path: str) -> FieldInfo:
+    """The field `path` names (its type and constraints); an error when it names none."""
     fields = ExperimentConfig.model_fields
     head, *rest = path.split(".")
     if head not in fields or head == "name":
         raise ValueError(f"params: {path!r} is not a field of ExperimentConfig")
-    model = fields[head].annotation
+    field = fields[head]
     for part in rest:
-        sub = getattr(model, "model_fields", None)
+        sub = getattr(field.annotation, "model_fields", None)
         if not sub or part not in sub:
             raise ValueError(f"params: {path!r} is not a field of ExperimentConfig ({part!r} unknown)")
-        model = sub[part].annotation
+        field = sub[part]
+    return field
+
+
+def _check_values(path: str, field: FieldInfo, values: list) -> None:
+    """Each value against its field's own type and constraints (finite floats included); checks
+    between fields (batch divisible by micro-batch) wait for the cells, where the others are known."""
+    annotated = Annotated[field.annotation, field]
+    is_model = isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)
+    adapter = TypeAdapter(annotated) if is_model else TypeAdapter(annotated, config=ConfigDict(allow_inf_nan=False))
+    for i, value in enumerate(values):
+        try:
+            adapter.validate_python(value)
+        except ValidationError as e:
+            raise ValueError(f"params.{path}[{i}]: {validation_message(e)}") from None
 
 
 class Cell(_Frozen):

@@ -107,7 +107,7 @@ def find_checkpoint(lake: Lake, checkpoint_id: str) -> TrainedCheckpoint:
     ref = ckpt.CheckpointRef(run=row["run"], step=row["step"], path=path, sha256=row["sha256"], bytes=row["bytes"],
                              tokens=row["tokens"], loss=row["loss"], created_at=row["created_at"])
     payload = torch.load(path, weights_only=True, map_location="cpu", mmap=True)
-    plan = Plan.model_validate_json(payload["plan"])
+    plan = Plan.load(payload["plan"])
     tokenizer_path = get_version(lake, plan.mix_version).tokenizer_path
     return TrainedCheckpoint(row=row, ref=ref, plan=plan, tokenizer_path=tokenizer_path)
 

@@ -9,6 +9,7 @@ pass, and its budget. A bad config fails here, with the field path, before any g
 
 from __future__ import annotations
 
+import string
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -16,6 +17,18 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def _check_template(name: str, template: str) -> None:
+    """A template every candidate could fill: well-formed, and naming its fields (`{x}`, not `{}`),
+    so that filling it fails only for a candidate that lacks a field (a rejected row), never for all."""
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+    except ValueError as exc:
+        raise ValueError(f"{name} {template[:60]!r}: {exc}") from None
+    positional = [f for f in fields if f == "" or f.split(".")[0].split("[")[0].isdigit()]
+    if positional:
+        raise ValueError(f"{name} {template[:60]!r}: name the candidate's fields ({{text}}), not positions ({{}} / {{0}})")
 
 
 class SeedsConfig(_Frozen):
@@ -59,6 +72,8 @@ class GeneratorConfig(_Frozen):
 
     @model_validator(mode="after")
     def _complete(self) -> "GeneratorConfig":
+        if self.template:
+            _check_template("template", self.template)
         if self.kind == "function" and not self.function:
             raise ValueError("kind=function needs `function` (module:function)")
         if self.kind in ("engine", "endpoint") and not self.template:
@@ -171,7 +186,9 @@ class BudgetConfig(_Frozen):
 
     max_seconds: float = Field(3600.0, gt=0, description="Wall-clock time for the whole run.")
     max_tokens: int = Field(10_000_000, ge=1, description="Generated tokens, all stages together.")
-    max_attempts: int = Field(3, ge=1, description="Tries per generation call before it is recorded as failed.")
+    max_attempts: int = Field(3, ge=1, description="Tries per endpoint request (HTTP 408/429/5xx, timeouts, refused "
+                                                  "connections) before the run fails; engine and function stages "
+                                                  "are not retried.")
     max_rounds: int = Field(50, ge=1, description="Loop rounds per candidate, all loop stages together.")
 
 
@@ -191,6 +208,7 @@ class PipelineConfig(_Frozen):
 
     @model_validator(mode="after")
     def _fields(self) -> "PipelineConfig":
+        _check_template("text", self.text)
         names = [s.name for s in self.stages]
         if len(set(names)) != len(names):
             raise ValueError(f"stage names repeat: {names}")

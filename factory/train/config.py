@@ -3,6 +3,9 @@
 Every field says its unit. Values that follow from others (head size, FFN width, gradient
 accumulation, steps from tokens) are computed, never asked for. Validation happens when a config
 is built, so a bad experiment fails before any process starts, with the field path in the message.
+Every float must be finite (`allow_inf_nan=False`): `lr=inf` or `grad_clip=nan` would otherwise
+pass `gt=0` (inf does; nan fails it with a misleading "greater than 0") and surface as a NaN loss
+steps into the run.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ BlockKind = Literal["attention"]  # the seam for variants (e.g. "linear_attentio
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class ModelConfig(_Frozen):
@@ -71,6 +74,12 @@ class OptimizerConfig(_Frozen):
     eps: float = Field(1e-8, gt=0)
     weight_decay: float = Field(0.1, ge=0, description="Decoupled decay on matrices (not norms or embeddings).")
     grad_clip: float | None = Field(1.0, gt=0, description="Max global gradient norm; None = no clipping.")
+
+    @model_validator(mode="after")
+    def _betas(self) -> "OptimizerConfig":
+        if not all(0 <= b < 1 for b in self.betas):
+            raise ValueError(f"betas={self.betas}: each must be in [0, 1) (Adam's moment decay rates)")
+        return self
 
 
 class ScheduleConfig(_Frozen):

@@ -38,7 +38,7 @@ def speak_b(fields):
 
 def fail_on_s1(fields):
     if fields["id"] == "s1":
-        raise RuntimeError("agent crashed")
+        raise ValueError("agent refused")  # a rejection; any other exception is a bug that fails the run
     return fields["draft"] + "!"
 '''
 
@@ -122,7 +122,7 @@ def test_a_failing_agent_rejects_its_candidate_naming_the_round(tmp_path, agents
     assert result.accepted == 2 and result.rejected == {"refine": 1}
     [rejected] = lake.table("synthetic.shout_rejected").scan().to_arrow().to_pylist()
     assert rejected["seed_id"] == "s1"
-    assert rejected["reason"] == "agent shouter failed in round 1: RuntimeError: agent crashed"
+    assert rejected["reason"] == "agent shouter failed in round 1: ValueError: agent refused"
 
 
 def test_loop_configs_are_validated():

@@ -1,7 +1,8 @@
 """The `endpoint` generator against an OpenAI-compatible completions server on loopback: request
 shape (model, prompt, sampling, seed per prompt), the API key from the environment variable named
-in config, retries on server errors recorded as attempts, and a missing key failing with its name.
-The server is a stand-in (http.server in a thread) — this is a narrow test of the HTTP client; the
+in config, retries on server errors recorded as attempts, and a missing key failing the run with
+its name. The server is a stand-in (http.server in a thread) — this is a narrow test of the HTTP
+client (tests/synth/test_generators.py covers what rejects a row and what fails the run); the
 real server (`factory serve`) is covered in tests/integration/test_serve.py. CPU."""
 
 import json
@@ -11,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 
 from factory.synth.config import GeneratorConfig
-from factory.synth.generators import Generator
+from factory.synth.generators import Generator, GeneratorError
 
 
 @pytest.fixture
@@ -62,10 +63,10 @@ def test_requests_carry_the_model_sampling_and_key_and_errors_are_retried(server
                           "top_p": 0.95, "seed": 6, "stop": None}
 
 
-def test_a_missing_key_is_recorded_naming_the_variable(server, monkeypatch):
+def test_a_missing_key_fails_naming_the_variable(server, monkeypatch):
     base_url, seen = server
     monkeypatch.delenv("SYNTH_TEST_KEY", raising=False)
-    [out] = Generator(config(base_url), max_attempts=2, seed=0).generate([{"word": "hi"}])
-    assert out.text is None and out.attempts == 2
-    assert out.error == "ValueError: environment variable SYNTH_TEST_KEY (the endpoint's API key) is not set"
+    with pytest.raises(GeneratorError) as e:  # every row would fail: the run does, before any request
+        Generator(config(base_url), max_attempts=2, seed=0, name="stage ask").generate([{"word": "hi"}])
+    assert str(e.value) == "stage ask: environment variable SYNTH_TEST_KEY (the endpoint's API key) is not set"
     assert seen == []
