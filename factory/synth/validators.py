@@ -11,7 +11,9 @@ candidates still standing, so an expensive one (the sandbox) only sees what chea
 - `dedup`: not identical (after whitespace normalization) to another candidate or to any text of
   the tables named in `against` (the pipeline's own output included, so reruns add nothing twice);
 - `decontaminate`: shares no long n-gram with the eval sets (the refinement chain's index);
-- `sandbox`: the field, run as a Python program in the bubblewrap sandbox, exits 0 in time;
+- `sandbox`: the field, run as a Python program (`__main__`) in the bubblewrap sandbox, reaches its
+  last statement in time without raising (factory.sandbox.checked: an early `sys.exit(0)` or
+  `os._exit(0)` before a failing assert is a reject, not a pass);
 - `threshold`: a condition on the candidate's fields holds (a judge's score high enough).
 """
 
@@ -23,6 +25,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
+from factory.sandbox.checked import checked_program
 from factory.synth.config import ValidatorConfig
 
 
@@ -100,7 +103,5 @@ class Validators:
         return out
 
     def _sandbox(self, c: ValidatorConfig, values: list[str]) -> list[Verdict]:
-        results = self._sandbox_for(c.timeout_s).map(values)
-        return [Verdict(r.outcome.value == "passed",
-                        "" if r.outcome.value == "passed" else f"sandbox {r.outcome.value}: {r.reason or r.stderr[-200:]}")
-                for r in results]
+        checked = self._sandbox_for(c.timeout_s).map_checked([checked_program(v) for v in values])
+        return [Verdict(v.passed, "" if v.passed else f"sandbox {v.outcome.value}: {v.reason}") for v in checked]
