@@ -23,10 +23,11 @@ export FACTORY_DAGSTER_PG_PASSWORD ?= factory-loopback-secret
 setup: system $(VENV)/.installed instance
 
 system:
-	@if ! command -v java >/dev/null || ! command -v bwrap >/dev/null || ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
-	  echo "== installing a JDK, bubblewrap and PostgreSQL with apt"; \
+	@if ! command -v java >/dev/null || ! command -v bwrap >/dev/null || ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
+	    || ! /sbin/ldconfig -p | grep -q libseccomp.so.2; then \
+	  echo "== installing a JDK, bubblewrap, libseccomp and PostgreSQL with apt"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
-	    openjdk-17-jre-headless bubblewrap postgresql >/dev/null; \
+	    openjdk-17-jre-headless bubblewrap libseccomp2 postgresql >/dev/null; \
 	fi
 
 $(VENV)/.installed: pyproject.toml $(wildcard wheels/*.whl)

@@ -1,17 +1,25 @@
 """Finding bubblewrap, proving it can build a sandbox here, and composing its command line.
 
 Design: the sandbox's root is a fresh tmpfs into which only what a Python program needs is bound,
-read-only: /usr, /etc, /sys, the /bin and /lib links, and the interpreter's prefixes (a venv and its
-base) at their own paths. Home directories, /run (docker.sock and friends: a read-only bind does not
-stop connect() on a unix socket), /var, the project checkout and every other host path are simply
-absent. /proc is the sandbox's own, /dev a minimal one, /tmp and /dev/shm private size-capped tmpfs;
-the root and /dev are then remounted read-only. Namespaces: pid, net (nothing but the sandbox's own,
-empty loopback), ipc, uts, cgroup. The environment is cleared and rebuilt from `_ENV`.
+read-only: /usr, /etc, /sys/devices/system/cpu (os.cpu_count, numpy and torch read it), the /bin
+and /lib links, and the interpreter's prefixes (a venv and its base) at their own paths. Home
+directories, /run (docker.sock and friends: a read-only bind does not stop connect() on a unix
+socket), /var, the rest of /sys (other tenants' cgroup usage under /sys/fs/cgroup, the host's
+interfaces under /sys/class/net), the project checkout and every other host path are simply absent.
+/proc is the sandbox's own (the launcher covers the entries that describe the host's kernel or
+other tenants), /dev a minimal one, /tmp and /dev/shm private size-capped tmpfs (the launcher mounts
+inode-capped ones over them); the root and /dev are then remounted read-only. Namespaces: pid, net
+(nothing but the sandbox's own, empty loopback), ipc, uts, cgroup, and the launcher's own user and
+mount namespace inside. The environment is cleared and rebuilt from `_ENV`. The seccomp filter
+(seccomp.py) travels to the launcher on an fd.
 
 Why not `--unshare-all` as root: it adds a user namespace that maps only uid 0, and the launcher could
 then not switch to the unprivileged uid that makes RLIMIT_NPROC bind (see launcher.py). As root we
 list the namespaces ourselves and keep only CAP_SETUID/CAP_SETGID for the launcher; as another user
 bubblewrap adds the user namespace itself.
+
+`harden=False` (SandboxConfig.harden) composes the older command line: all of /sys, the whole of
+/proc, no filter and no inode cap. It exists so bench/infer_bench.py can measure what hardening costs.
 
 `require_bwrap` runs bubblewrap once per binary (cached, failures too) so a machine that has it but
 forbids namespaces (a container without CAP_SYS_ADMIN, Ubuntu's AppArmor userns restriction) fails at
@@ -34,7 +42,8 @@ INSTALL_HINT = "install it with `apt-get install bubblewrap` (Debian/Ubuntu; `dn
 MIN_VERSION = (0, 7, 0)  # --size and --perms on --tmpfs/--dir arrived in 0.7 (Ubuntu 24.04 ships 0.9)
 LAUNCHER = Path(__file__).with_name("launcher.py")
 SANDBOX_DIR = "/sandbox"  # where the launcher and the program live inside; never a host path
-_SYSTEM_DIRS = ("usr", "etc", "sys")
+_SYSTEM_DIRS = ("usr", "etc", "sys")  # "sys" only when not hardened; then just _SYS_KEPT
+_SYS_KEPT = "/sys/devices/system/cpu"  # online/possible CPUs: sysconf(_SC_NPROCESSORS_*), OpenBLAS, torch
 _SYSTEM_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")  # symlinks into /usr on merged-usr systems
 _ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
@@ -131,11 +140,16 @@ def namespace_args() -> list[str]:
     return args
 
 
-def system_mounts(*, tmp_mb: int) -> list[str]:
+def system_mounts(*, tmp_mb: int, harden: bool = True) -> list[str]:
     args: list[str] = []
     for name in _SYSTEM_DIRS:
-        if os.path.isdir(f"/{name}"):
+        if os.path.isdir(f"/{name}") and not (harden and name == "sys"):
             args += ["--ro-bind", f"/{name}", f"/{name}"]
+    if harden and os.path.isdir(_SYS_KEPT):
+        # parents 0755 by hand: bubblewrap would make them 0700, unreadable to the program's uid
+        parents = ["/sys", "/sys/devices", "/sys/devices/system"]
+        args += [arg for parent in parents for arg in ("--perms", "0755", "--dir", parent)]
+        args += ["--ro-bind", _SYS_KEPT, _SYS_KEPT]
     for name in _SYSTEM_LINKS:
         path = f"/{name}"
         if os.path.islink(path):
@@ -174,21 +188,27 @@ def interpreter_mounts(roots: tuple[str, ...]) -> list[str]:
 
 
 def build_argv(
-    config: SandboxConfig, *, bwrap: str, python: str, uid: int, code_fd: int, status_fd: int
+    config: SandboxConfig, *, bwrap: str, python: str, uid: int, code_fd: int, status_fd: int, seccomp_fd: int = -1
 ) -> list[str]:
-    """The full bubblewrap command for one execution (the program text arrives on `code_fd`)."""
+    """The full bubblewrap command for one execution (the program text arrives on `code_fd`, the
+    seccomp filter's BPF on `seccomp_fd`, which must be given when `config.harden`)."""
+    if config.harden != (seccomp_fd >= 0):
+        raise ValueError(f"seccomp_fd={seccomp_fd} does not match harden={config.harden}")
     env = ["--clearenv"] + [arg for key, value in _ENV.items() for arg in ("--setenv", key, value)]
     files = ["--perms", "0755", "--dir", SANDBOX_DIR, "--ro-bind", str(LAUNCHER), f"{SANDBOX_DIR}/launcher.py"]
     files += ["--perms", "0444", "--ro-bind-data", str(code_fd), f"{SANDBOX_DIR}/main.py"]
-    # Without our own uid (not root) bubblewrap's init and the launcher count against RLIMIT_NPROC too.
+    # Without our own uid (not root) bubblewrap's init and the launcher count against RLIMIT_NPROC too
+    # (hardened, only the launcher does: its own user namespace holds just it and the program).
     nproc = config.max_processes + (0 if uid >= 0 else 2)
     limits = [config.cpu_s, config.memory_mb << 20, nproc, config.max_file_mb << 20]
-    launch = [python, "-I", "-S", f"{SANDBOX_DIR}/launcher.py", str(status_fd), str(uid), *map(str, limits)]
+    # + 1 inode: the tmpfs root directory takes one, and tmp_files counts what the program creates
+    scratch = [config.tmp_mb << 20, config.tmp_files + 1, seccomp_fd]
+    launch = [python, "-I", "-S", f"{SANDBOX_DIR}/launcher.py", str(status_fd), str(uid), *map(str, limits + scratch)]
     launch += [python, f"{SANDBOX_DIR}/main.py"]
     return [
         bwrap,
         *namespace_args(),
-        *system_mounts(tmp_mb=config.tmp_mb),
+        *system_mounts(tmp_mb=config.tmp_mb, harden=config.harden),
         *interpreter_mounts(interpreter_roots(python)),
         *files,
         # Last, once every mount point exists: without this the tmpfs root and /dev stay writable (and

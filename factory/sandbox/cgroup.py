@@ -12,7 +12,10 @@ every process left in it is killed and the directory removed.
 
 Fallback (documented in the module and in the pool): where cgroup v1 is not mounted or not writable
 (cgroup v2 hosts, unprivileged users, most CI runners) `create` returns None once and for all, and
-the sandbox relies on rlimits plus the per-execution uid, which still contain a fork bomb.
+the sandbox relies on rlimits plus the per-execution uid, which still contain a fork bomb, and on
+the launcher's /tmp and /dev/shm, capped in bytes and in inodes (tmpfs inodes are kernel memory a
+memory cgroup would have counted; see launcher.py), and on the seccomp filter's refusal of SysV
+shared memory, the other memory no rlimit sees (seccomp.py).
 """
 
 from __future__ import annotations

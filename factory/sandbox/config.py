@@ -36,9 +36,19 @@ class SandboxConfig(BaseModel):
     max_processes: int = Field(64, gt=0, description="Processes and threads the program may hold at once (RLIMIT_NPROC; pids cgroup where writable).")
     max_file_mb: int = Field(16, gt=0, description="RLIMIT_FSIZE (MiB): the largest file the program may write.")
     tmp_mb: int = Field(64, gt=0, description="Size of each private tmpfs, /tmp and /dev/shm (MiB).")
+    tmp_files: int = Field(
+        4096, gt=0,
+        description="Files, directories and links each private tmpfs may hold (its nr_inodes): inodes are "
+        "host kernel memory that no size cap or rlimit counts.",
+    )
     max_output_bytes: int = Field(4096, ge=0, description="Bytes of stdout and of stderr kept each (bytes); the rest is read and dropped.")
     workers: int = Field(2, gt=0, description="Executions running at once (processes of the pool).")
     python: str | None = Field(None, description="Interpreter run inside the sandbox (path); None = sys.executable.")
+    harden: bool = Field(
+        True,
+        description="Seccomp filter, inode-capped scratch tmpfs, only /sys/devices/system/cpu of /sys and "
+        "masked /proc entries. False rebuilds the older, weaker sandbox, only to measure the cost (bench).",
+    )
 
 
 class Outcome(str, Enum):

@@ -1,8 +1,9 @@
 """One sandboxed execution, start to reaped: spawn bubblewrap, stream its output under a byte cap,
 enforce the wall clock, kill the whole tree, classify.
 
-Design: the program text and stdin travel in memfds (bubblewrap copies the program into the sandbox
-with --ro-bind-data; stdin is the memfd itself), so nothing is written to the host's disk and no temp
+Design: the program text, stdin and the seccomp filter travel in memfds (bubblewrap copies the
+program into the sandbox with --ro-bind-data; stdin is the memfd itself, readable and ftruncate-able;
+the launcher reads and loads the filter), so nothing is written to the host's disk and no temp
 directory needs cleaning. stdout and stderr are read as they come, through a selector, keeping the
 first `max_output_bytes` of each and dropping the rest: a `while True: print(...)` cannot fill the
 host's memory, and the pipes never back up and stall the program. The launcher inside reports the
@@ -25,6 +26,7 @@ import time
 from factory.sandbox.bwrap import build_argv
 from factory.sandbox.cgroup import CgroupScope
 from factory.sandbox.config import ExecResult, Outcome, SandboxConfig, SandboxUnavailable, classify
+from factory.sandbox.seccomp import filter_bpf
 
 _HOST_ENV = {"PATH": "/usr/bin:/bin"}  # bubblewrap itself gets nothing from our environment either
 _GRACE_S = 5.0  # after SIGKILL, how long a dying tree may take to close its pipes and be reaped
@@ -51,12 +53,17 @@ class _Capture:
 
 def execute(config: SandboxConfig, code: str, *, stdin: str, bwrap: str, python: str, uid: int) -> ExecResult:
     """Run `code` once in a fresh sandbox; `uid` is the unprivileged uid to run as (-1: keep ours)."""
-    code_fd = _memfd("main.py", code.encode())
-    stdin_fd = _memfd("stdin", stdin.encode())
+    texts = code.encode(), stdin.encode()  # before any fd exists: an unencodable text leaks none
+    seccomp_fd = _memfd("seccomp", filter_bpf()) if config.harden else -1
+    code_fd = _memfd("main.py", texts[0])
+    stdin_fd = _memfd("stdin", texts[1])
     status_read, status_write = os.pipe()
+    passed = (code_fd, status_write) + ((seccomp_fd,) if config.harden else ())
     scope = None
     try:
-        argv = build_argv(config, bwrap=bwrap, python=python, uid=uid, code_fd=code_fd, status_fd=status_write)
+        argv = build_argv(
+            config, bwrap=bwrap, python=python, uid=uid, code_fd=code_fd, status_fd=status_write, seccomp_fd=seccomp_fd
+        )
         scope = CgroupScope.create(max_processes=config.max_processes, memory_mb=config.memory_mb)
         if scope is not None:
             argv = scope.wrap(argv)
@@ -66,7 +73,7 @@ def execute(config: SandboxConfig, code: str, *, stdin: str, bwrap: str, python:
             stdin=stdin_fd,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            pass_fds=(code_fd, status_write),
+            pass_fds=passed,
             start_new_session=True,
             env=_HOST_ENV,
         )
@@ -76,7 +83,7 @@ def execute(config: SandboxConfig, code: str, *, stdin: str, bwrap: str, python:
             scope.remove()
         raise
     finally:  # the child holds its own copies now
-        for fd in (code_fd, stdin_fd, status_write):
+        for fd in (*passed, stdin_fd):
             os.close(fd)
     try:
         stdout, stderr, timed_out = _collect(proc, config, start + config.timeout_s, scope)
