@@ -37,7 +37,7 @@ import resource
 import sys
 
 CLONE_NEWNS, CLONE_NEWUSER = 0x00020000, 0x10000000
-MS_NOSUID, MS_NODEV, MS_BIND, MS_REC = 0x2, 0x4, 0x1000, 0x4000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC = 0x1, 0x2, 0x4, 0x20, 0x1000, 0x4000
 PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
 SCRATCH = ("/tmp", "/dev/shm")  # /dev/shm: multiprocessing's semaphores live there
 # /proc entries that show the host's kernel layout or other tenants (every task, timer, lock, key
@@ -109,11 +109,21 @@ def _mount_private(harden: dict) -> None:
     kept, and the sensitive /proc entries covered."""
     libc = harden["libc"]
     keep = _submounts(SCRATCH)  # opened before the new tmpfs hides them
-    options = f"size={harden['bytes']},nr_inodes={harden['inodes']},mode=1777".encode()
-    for path in SCRATCH:
-        _check(libc.mount(b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options), f"mount {path}")
+    made = _mount_points([path for path, _ in keep])
+    for scratch in SCRATCH:
+        # The directories made for the binds are inodes too: the program still gets `inodes` of its own.
+        inodes = harden["inodes"] + sum(p.startswith(scratch + "/") for p in made)
+        options = f"size={harden['bytes']},nr_inodes={inodes},mode=1777".encode()
+        _check(libc.mount(b"tmpfs", scratch.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options), f"mount {scratch}")
+    for directory in made:
+        os.mkdir(directory, 0o755)
+    for top in [p for p in made if os.path.dirname(p) in SCRATCH]:
+        # Made by the program's own uid, so writable by it: a read-only bind of each top directory
+        # keeps the host paths of the binds (a checkout under /tmp) as unwritable as the host's are.
+        _check(libc.mount(top.encode(), top.encode(), None, MS_BIND | MS_REC, None), f"bind {top}")
+        flags = MS_BIND | MS_REC | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV
+        _check(libc.mount(None, top.encode(), None, flags, None), f"remount {top} read-only")
     for path, fd in keep:
-        os.makedirs(path, 0o755, exist_ok=True)
         source = f"/proc/self/fd/{fd}".encode()
         _check(libc.mount(source, path.encode(), None, MS_BIND | MS_REC, None), f"bind {path}")
         os.close(fd)
@@ -141,6 +151,17 @@ def _map_ids(pid: int, uid: int) -> None:
         _write(f"/proc/{pid}/uid_map", f"{os.geteuid()} {os.geteuid()} 1\n")
         _write(f"/proc/{pid}/setgroups", "deny")
         _write(f"/proc/{pid}/gid_map", f"{os.getegid()} {os.getegid()} 1\n")
+
+
+def _mount_points(paths: list[str]) -> list[str]:
+    """Every directory to make under the scratch roots so that each of `paths` exists, parents first."""
+    needed: set[str] = set()
+    for path in paths:
+        while os.path.dirname(path) not in SCRATCH and path not in SCRATCH:
+            needed.add(path)
+            path = os.path.dirname(path)
+        needed.add(path)
+    return sorted(needed - set(SCRATCH), key=lambda p: (p.count("/"), p))
 
 
 def _submounts(roots: tuple[str, ...]) -> list[tuple[str, int]]:
