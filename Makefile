@@ -18,7 +18,7 @@ export PYTHONUNBUFFERED := 1
 # 127.0.0.1 only); a real profile names its own variables, set by whoever deploys it.
 export FACTORY_DAGSTER_PG_PASSWORD ?= factory-loopback-secret
 
-.PHONY: setup system instance demo test ui doctor clean cluster-up cluster-down
+.PHONY: setup system instance demo test ui mlflow doctor clean cluster-up cluster-down
 
 setup: system $(VENV)/.installed instance
 
@@ -85,6 +85,12 @@ test: setup
 
 ui: setup
 	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+
+# The tracker's UI over the embedded MLflow store (loss curves, params, the card artifacts of every
+# run); a profile with tracker.mlflow_tracking_uri has its own server to open instead.
+MLFLOW_PORT ?= 5000
+mlflow: setup
+	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(FACTORY_HOME)/mlflow/mlflow.db -h 127.0.0.1 -p $(MLFLOW_PORT)
 
 doctor: setup
 	$(BIN)/factory doctor

@@ -29,7 +29,7 @@ a no-op for the rest of the process when it starts, so nothing else is timed aft
 warm-up (all rounds printed); the load average is printed at both ends: on a shared 2-core machine
 rerun when it is above ~1. With other processes on the cores, torch's two OpenMP threads wait on each
 other (a forward measured 10x slower than with one thread), and one thread gets about all the matmul
-throughput two do (PLATFORM.md): hence `--threads 1` by default, for both engines.
+throughput two do: hence `--threads 1` by default, for both engines.
 Not part of the tests; a default run takes about 1.5 minutes.
 
     .venv/bin/python bench/infer_bench.py --home /tmp/evhome [--prompts 32] [--new-tokens 64] [--windows 32]

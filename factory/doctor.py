@@ -4,8 +4,7 @@ Each check is a small function returning `Check` records (name, status, detail, 
 only prints and a test can assert on the records. A `fail` means a stage of the factory will not
 run (Spark without a JDK, code evals without bubblewrap, a package off its pin); a `warn` means it
 will run but something deserves a look (little free disk). The pins are the versions verified
-together in ../shared/PLATFORM.md — pyproject pins the same ones; a drift here is how an
-"it worked yesterday" starts.
+together (pyproject pins the same ones); a drift here is how an "it worked yesterday" starts.
 
 The lake checks read what every table's current snapshot needs (metadata, manifest list,
 manifests, each data file's size and footer) and ask whether every stamped snapshot has its

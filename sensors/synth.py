@@ -1,6 +1,6 @@
 """`synthetic_mix_sensor`: a new synthetic snapshot → a new version of every mix that includes it.
 
-Dagster's graph stays acyclic (DESIGN.md §6): synthetic data from round r feeds mix version r+1
+Dagster's graph stays acyclic: synthetic data from round r feeds mix version r+1
 through this sensor, not through an edge. It requests `mix_job` for each due mix (partition =
 the mix, `run_key` = mix + table snapshot); a training run following that mix switches to the
 new version at its next poll.

@@ -1,6 +1,6 @@
 """Goal: does the auto-mixer's proposed mix beat a uniform mix for the smoke model?
 
-Both are the smoke experiment (120 steps, 1.3 M parameters), scored on the same held-out
+Both are the smoke experiment (120 steps, 1.84 M parameters), scored on the same held-out
 documents (`heldout` suite: held-out bits per byte of every source; both mixes pin the same
 snapshots and held-out split). `smoke_automix` trains on `mix/automix`, which exists once
 `factory automix automix` has registered the proposal: until then the experiment sensor reports

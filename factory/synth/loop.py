@@ -1,4 +1,4 @@
-"""Closing the synthetic loop without a cycle (DESIGN.md §6): which mixes a new synthetic batch
+"""Closing the synthetic loop without a cycle: which mixes a new synthetic batch
 should refresh.
 
 The `synthetic_mix_sensor` keeps, as its cursor, the snapshot it last saw of every

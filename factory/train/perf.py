@@ -1,7 +1,7 @@
 """Throughput arithmetic: the matmul peak this process can reach, and model FLOPs utilization.
 
 MFU divides the FLOPs a model's step needs by the FLOPs the hardware could have done. Datasheet
-peaks are wrong for a CPU run (PLATFORM.md: about one core of matmul throughput is usable here,
+peaks are wrong for a CPU run (measured on a 2-core machine: about one core of matmul throughput is usable,
 ~80 GFLOP/s fp32, whatever the core count) and optimistic on a GPU, so the denominator is
 *measured*: a square matmul on this process's device and thread count, warmed up, then timed over
 a few trials, keeping the best. The figure is cached per (dtype, device, size, threads) for the

@@ -1,4 +1,4 @@
-"""The synthetic loop (DESIGN.md §6) on a real lake: a porting batch makes a new
+"""The synthetic loop on a real lake: a porting batch makes a new
 `synthetic.porting` snapshot → `synthetic_mix_sensor` requests `default_synthetic` → the mix asset
 registers a version pinning it → the loader streams its rows; a second batch gives a new snapshot,
 a new version, and a loader following the mix switches to it. CPU; needs bubblewrap (~40 s)."""
