@@ -95,9 +95,10 @@ def _user_error(exc: Exception) -> bool:
     from factory.lake import LakeError
     from factory.mix import MixError
     from factory.tokenize import TokenizerError
+    from factory.train.runs import UnknownRun
 
     return isinstance(exc, (LakeError, SourceError, MixError, TokenizerError, ExportError, ExperimentError, LaunchError,
-                            AutomixError, DeployError))
+                            AutomixError, DeployError, UnknownRun))
 
 
 def build_parser() -> argparse.ArgumentParser:

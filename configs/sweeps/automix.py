@@ -2,11 +2,11 @@
 
 Sixteen small proxy models (~0.6 M parameters, 60 steps each) train on Dirichlet-sampled weights
 of `configs/mixes/default.yaml`'s tables; each is scored once at its end on held-out bits per
-byte of every source (the `heldout` suite). `factory automix propose automix` then fits a
+byte of every source (the `heldout` suite). `factory automix automix` then fits a
 regression from weights to that loss and registers its proposal as `mix/automix@vN`.
 
     factory sweep launch automix      # or: factory sweep run automix  (no Dagster, sequential)
-    factory automix propose automix
+    factory automix automix
 """
 
 from __future__ import annotations

@@ -21,12 +21,19 @@ def _lake(args):
     return open_lake(args)
 
 
+def _typed(lake, text: str, *, run: bool = False) -> str:
+    """What `text` means: an experiment's name stands for its latest run (said on stderr)."""
+    from factory.train.runs import as_typed
+
+    return as_typed(lake, text, run=run)
+
+
 def cmd_export(args, out: Console) -> int:
     from factory.infer import EngineConfig, export_checkpoint, find_checkpoint
     from factory.infer.equivalence import verify_export
 
     lake = _lake(args)
-    checkpoint = find_checkpoint(lake, args.checkpoint)
+    checkpoint = find_checkpoint(lake, _typed(lake, args.checkpoint))
     export = export_checkpoint(lake, checkpoint, asset_key="cli")
     out.print(f"{export.export_id}: {export.path} (sha256 {export.sha256[:12]})")
     if not args.no_check:
@@ -44,7 +51,7 @@ def cmd_eval(args, out: Console) -> int:
     from factory.infer import EngineConfig, find_checkpoint
 
     lake = _lake(args)
-    checkpoint = find_checkpoint(lake, args.checkpoint)
+    checkpoint = find_checkpoint(lake, _typed(lake, args.checkpoint))
     suite = eval_suite(args.suite or checkpoint.plan.experiment.eval_suite)
     result = evaluate_checkpoint(lake, checkpoint, suite, EngineConfig(kind=args.engine),
                                  log=lambda m: out.print(m, markup=False))
@@ -56,7 +63,8 @@ def cmd_eval(args, out: Console) -> int:
 def cmd_evals(args, out: Console) -> int:
     from factory.evals import results
 
-    rows = results(_lake(args), args.run_name, args.suite)
+    lake = _lake(args)
+    rows = results(lake, _typed(lake, args.run_name, run=True) if args.run_name else None, args.suite)
     if not rows:
         out.print("no eval results yet (they appear when the eval sensor or `factory eval` scores a checkpoint)")
         return 0
@@ -78,7 +86,10 @@ def cmd_serve(args, out: Console) -> int:
     from factory.infer import find_export
     from factory.infer.vllm_engine import server_command, server_environment
 
-    export = find_export(_lake(args), args.export)
+    from pathlib import Path
+
+    lake = _lake(args)
+    export = find_export(lake, args.export if Path(args.export).is_dir() else _typed(lake, args.export))
     command = server_command(export, host=args.host, port=args.port)
     out.print(f"serving {export.export_id} ({export.path}) at http://{args.host}:{args.port}/v1 as model "
               f"{export.export_id!r}")

@@ -97,8 +97,10 @@ def find_checkpoint(lake: Lake, checkpoint_id: str) -> TrainedCheckpoint:
     wanted = checkpoint_id if checkpoint_id.startswith("ckpt/") else f"ckpt/{checkpoint_id}"
     rows = [r for r in ckpt.checkpoints(lake) if r["checkpoint_id"] == wanted]
     if not rows:
-        raise ExportError(f"checkpoint {wanted}: not in train.checkpoints (see `factory sql \"select checkpoint_id "
-                          f"from train.checkpoints\"`)")
+        from factory.train.runs import closest
+
+        known = [r["checkpoint_id"] for r in sorted(ckpt.checkpoints(lake), key=lambda r: r["created_at"])]
+        raise ExportError(f"checkpoint {wanted}: not in train.checkpoints{closest(wanted, known)}")
     row = rows[-1]
     path = uri_to_path(row["uri"])
     problem = ckpt.validate(path)

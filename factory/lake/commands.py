@@ -63,7 +63,12 @@ def _csv_cell(value: Any) -> Any:
 
 # -- lineage ----------------------------------------------------------------------------------
 def cmd_lineage(args: argparse.Namespace, out: Console) -> int:
-    reports = describe(open_lake(args), args.ref)
+    from factory.train.runs import as_typed
+
+    lake, ref = open_lake(args), args.ref
+    if ref.startswith(("ckpt/", "export/")):  # their run part may be an experiment's name
+        ref = as_typed(lake, ref)
+    reports = describe(lake, ref)
     if args.json:
         print(json.dumps(reports, default=str, indent=2))
         return 0
@@ -111,9 +116,11 @@ def _unrecorded_snapshot(lake, ref: str) -> tuple[Any, str]:
     if snapshot is None:
         if (owed := _owed_anywhere(lake, ref)) is not None:  # e.g. an eval whose row a crash lost
             return owed, "stamp"
-        known = ", ".join(lake.tables()) or "none yet"
+        from factory.suggest import hint
+
+        tables = lake.tables()
         raise LakeError(f"unknown ref {ref}: no table, artifact name, version id, URI or content-hash prefix "
-                        f"(8+ chars) matches it (tables in the lake: {known})")
+                        f"(8+ chars) matches it ({hint(name, tables)}`factory tables` lists all {len(tables)})")
     owed = owed_record(snapshot)
     if owed is not None:
         return owed, "stamp"

@@ -36,6 +36,7 @@ import duckdb
 import pyarrow as pa
 
 from factory.lake.catalog import Lake, LakeError, TableUnreadable
+from factory.suggest import hint
 
 # Load order matters: iceberg reads manifest lists and manifests through avro.
 EXTENSIONS = (("duckdb_extension_avro", "avro"), ("duckdb_extension_iceberg", "iceberg"))
@@ -152,9 +153,9 @@ def query(lake: Lake, sql: str) -> pa.Table:
 
 
 def _catalog_message(message: str, sql: str, tables: list[str]) -> str:
-    known = ", ".join(tables) or "none yet: ingest or materialize something first"
     missing = re.search(r'Table with name "?([^"\s!]+)"? does not exist', message)
     if missing is None:
+        known = ", ".join(tables) or "none yet: ingest or materialize something first"
         return f"query failed: {_first_line(message)} (tables in the lake: {known})"
     name = missing.group(1)
     if "." not in name:
@@ -162,7 +163,9 @@ def _catalog_message(message: str, sql: str, tables: list[str]) -> str:
         qualified = re.search(rf'([A-Za-z_][\w]*|"[^"]+")\s*\.\s*"?{re.escape(name)}"?\b', sql)
         if qualified:
             name = f"{qualified.group(1).strip(chr(34))}.{name}"
-    return f"unknown table {name} (tables in the lake: {known})"
+    if not tables:
+        return f"unknown table {name} (no tables yet: ingest or materialize something first)"
+    return f"unknown table {name} ({hint(name, tables)}`factory tables` lists all {len(tables)})"
 
 
 def _first_line(message: str) -> str:
