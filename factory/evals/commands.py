@@ -21,11 +21,11 @@ def _lake(args):
     return open_lake(args)
 
 
-def _typed(lake, text: str, *, run: bool = False) -> str:
+def _typed(lake, text: str, *, run: bool = False, also: tuple[str, ...] = ()) -> str:
     """What `text` means: an experiment's name stands for its latest run (said on stderr)."""
     from factory.train.runs import as_typed
 
-    return as_typed(lake, text, run=run)
+    return as_typed(lake, text, run=run, also=also)
 
 
 def cmd_export(args, out: Console) -> int:
@@ -64,7 +64,10 @@ def cmd_evals(args, out: Console) -> int:
     from factory.evals import results
 
     lake = _lake(args)
-    rows = results(lake, _typed(lake, args.run_name, run=True) if args.run_name else None, args.suite)
+    run = None
+    if args.run_name:  # a run with scores is itself, even without checkpoints left in the lake
+        run = _typed(lake, args.run_name, run=True, also=tuple({r["run"] for r in results(lake)}))
+    rows = results(lake, run, args.suite)
     if not rows:
         out.print("no eval results yet (they appear when the eval sensor or `factory eval` scores a checkpoint)")
         return 0

@@ -43,9 +43,12 @@ def runs(lake: Lake) -> list[str]:
 
 
 def _experiment_of(name: str) -> list[str]:
-    """The experiment part of a run or checkpoint id (`ckpt/smoke-1a2b3c4d@8` -> `smoke`), if hashed."""
-    found = _HASHED.fullmatch(name.removeprefix("ckpt/").removeprefix("export/").split("@")[0])
-    return [found["experiment"]] if found else []
+    """A run or checkpoint id as its experiment would be typed (`ckpt/smoke-1a2b3c4d@8` -> `smoke`,
+    `ckpt/smoke@8`), if its run is hashed."""
+    prefix = next((p for p in ("ckpt/", "export/") if name.startswith(p)), "")
+    run, at, step = name.removeprefix(prefix).partition("@")
+    found = _HASHED.fullmatch(run)
+    return [found["experiment"], f"{prefix}{found['experiment']}{at}{step}"] if found else []
 
 
 def closest(text: str, known: list[str]) -> str:
@@ -56,8 +59,11 @@ def closest(text: str, known: list[str]) -> str:
     return f"; newest of {len(known)}: " + ", ".join(known[-3:]) if known else ""
 
 
-def resolve_run(lake: Lake, text: str) -> Resolved:
-    """`text` if it is a run, else the latest run of the experiment named `text`."""
+def resolve_run(lake: Lake, text: str, also: tuple[str, ...] = ()) -> Resolved:
+    """`text` if it is a run (with a checkpoint, or among `also`: e.g. runs with eval results), else
+    the latest run of the experiment named `text`."""
+    if text in also:
+        return Resolved(text)
     known = runs(lake)
     if text in known:
         return Resolved(text)
@@ -73,19 +79,23 @@ def resolve_run(lake: Lake, text: str) -> Resolved:
 
 def resolve_ref(lake: Lake, text: str) -> Resolved:
     """A checkpoint or export id as typed (`smoke@120`, `ckpt/smoke@120`, `export/smoke@120`) with
-    its run part resolved; anything else (a path, a table) comes back unchanged."""
+    its run part resolved when it names an experiment; anything else (a real id, a path, an unknown
+    run) comes back unchanged, for the exact lookup to accept or refuse with the closest ids."""
     prefix = next((p for p in ("ckpt/", "export/") if text.startswith(p)), "")
     run, at, step = text.removeprefix(prefix).rpartition("@")
     if not at or not run or "/" in run or not step.isdigit():
         return Resolved(text)
-    found = resolve_run(lake, run)
+    try:
+        found = resolve_run(lake, run)
+    except UnknownRun:
+        return Resolved(text)
     return Resolved(f"{prefix}{found.value}@{step}", found.note)
 
 
-def as_typed(lake: Lake, text: str, *, run: bool = False) -> str:
+def as_typed(lake: Lake, text: str, *, run: bool = False, also: tuple[str, ...] = ()) -> str:
     """The id `text` means (a run when `run`, else a checkpoint or export id), saying any
     resolution on stderr (stdout may be JSON): the CLI's one entry point for what a person typed."""
-    found = resolve_run(lake, text) if run else resolve_ref(lake, text)
+    found = resolve_run(lake, text, also) if run else resolve_ref(lake, text)
     if found.note:
         print(found.note, file=sys.stderr)
     return found.value

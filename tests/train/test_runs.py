@@ -38,7 +38,7 @@ def test_an_experiment_name_means_its_latest_run_and_says_so(lake):
     for typed, meant in [("smoke@8", "smoke-bbbbbbbb@8"), ("ckpt/smoke@4", "ckpt/smoke-bbbbbbbb@4"),
                          ("export/smoke@8", "export/smoke-bbbbbbbb@8"), ("ckpt/evalsmoke@4", "ckpt/evalsmoke@4")]:
         assert resolve_ref(lake, typed).value == meant
-    for untouched in ("/some/export/dir", "raw.python_stdlib", "export/smoke@latest"):
+    for untouched in ("/some/export/dir", "raw.python_stdlib", "export/smoke@latest", "ckpt/smok@8"):
         assert resolve_ref(lake, untouched).value == untouched
 
 
@@ -67,8 +67,9 @@ def test_the_cli_accepts_experiment_names(lake, capsys):
     assert "checkpoint ckpt/smoke-bbbbbbbb@12: not in train.checkpoints; closest: " in err
     assert "ckpt/smoke-bbbbbbbb@4" in err or "ckpt/smoke-bbbbbbbb@8" in err
 
-    assert cli.main(["export", "--home", home, "smok@8"]) == 1
-    assert "closest: smoke-bbbbbbbb, smoke-aaaaaaaa" in capsys.readouterr().err
+    assert cli.main(["export", "--home", home, "smok@8"]) == 1  # a typo: the exact lookup's closest ids
+    err = capsys.readouterr().err
+    assert "checkpoint ckpt/smok@8: not in train.checkpoints; closest: ckpt/smoke-bbbbbbbb@8" in err
 
 
 def test_unknown_tables_name_the_closest_few(lake, capsys):
