@@ -64,10 +64,11 @@ def cmd_evals(args, out: Console) -> int:
     from factory.evals import results
 
     lake = _lake(args)
-    run = None
+    rows = results(lake)  # one scan: which runs have scores, then the rows asked for
     if args.run_name:  # a run with scores is itself, even without checkpoints left in the lake
-        run = _typed(lake, args.run_name, run=True, also=tuple({r["run"] for r in results(lake)}))
-    rows = results(lake, run, args.suite)
+        run = _typed(lake, args.run_name, run=True, also=tuple({r["run"] for r in rows}))
+        rows = [r for r in rows if r["run"] == run]
+    rows = [r for r in rows if args.suite is None or r["suite"] == args.suite]
     if not rows:
         out.print("no eval results yet (they appear when the eval sensor or `factory eval` scores a checkpoint)")
         return 0

@@ -19,7 +19,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import sysconfig
 import textwrap
 from pathlib import Path
 
@@ -31,9 +30,7 @@ from factory.sandbox import bwrap as bwrap_module
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap (apt-get install bubblewrap)")
 
-REPO = Path(__file__).resolve().parents[2]
 CONFIG = SandboxConfig(timeout_s=20, cpu_s=10, memory_mb=1024, workers=2)
-SYSTEM_PYTHON = f"/usr/bin/python{sys.version_info[0]}.{sys.version_info[1]}"
 
 
 @pytest.fixture(scope="module")
@@ -364,11 +361,7 @@ def test_sensitive_proc_entries_are_masked(sandbox):
 # --- the same as a non-root host user -------------------------------------------------------------
 
 
-@pytest.mark.skipif(
-    os.geteuid() != 0 or not os.path.exists(SYSTEM_PYTHON) or shutil.which("setpriv") is None,
-    reason="simulates a non-root machine: needs root, setpriv and a system python of this minor version",
-)
-def test_non_root_host_user_gets_the_same_hardening():
+def test_non_root_host_user_gets_the_same_hardening(as_nobody):
     # As `nobody` bubblewrap builds a user namespace, and the launcher nests its own inside it.
     code = """
         import json
@@ -389,11 +382,7 @@ def test_non_root_host_user_gets_the_same_hardening():
         )
         print(json.dumps([probe.outcome.value, probe.stdout, probe.stderr]))
     """
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{sysconfig.get_paths()['purelib']}:{REPO}"}
-    user = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
-    done = subprocess.run([*user, SYSTEM_PYTHON, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True)
-    if done.returncode != 0 and "Permission denied" in done.stderr:
-        pytest.skip(f"the checkout or venv is not readable by nobody: {done.stderr[-300:]}")
+    done = as_nobody(code)
     assert done.returncode == 0, done.stderr[-2000:]
     outcome, stdout, stderr = json.loads(done.stdout)
     assert outcome == "passed", stderr

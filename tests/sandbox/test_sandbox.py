@@ -15,7 +15,6 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import textwrap
 import uuid
 from pathlib import Path
@@ -285,14 +284,7 @@ def test_memory_cgroup_caps_the_whole_tree():
     assert leftover_cgroups() == []
 
 
-SYSTEM_PYTHON = f"/usr/bin/python{sys.version_info[0]}.{sys.version_info[1]}"
-
-
-@pytest.mark.skipif(
-    os.geteuid() != 0 or not os.path.exists(SYSTEM_PYTHON) or shutil.which("setpriv") is None,
-    reason="simulates a non-root machine: needs root, setpriv and a system python of this minor version",
-)
-def test_non_root_host_user_namespace_path():
+def test_non_root_host_user_namespace_path(as_nobody):
     # As `nobody` bubblewrap builds a user namespace and the launcher keeps the caller's uid: the
     # process limit must then count this sandbox alone, not every process the user owns.
     code = """
@@ -303,11 +295,7 @@ def test_non_root_host_user_namespace_path():
         probe = sandbox.run("import os\\nprint(os.getuid())\\nopen('/x', 'w')")
         print(json.dumps([bomb.outcome.value, bomb.stderr, probe.stdout, probe.stderr]))
     """
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{sysconfig.get_paths()['purelib']}:{REPO}"}
-    user = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
-    done = subprocess.run([*user, SYSTEM_PYTHON, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True)
-    if done.returncode != 0 and "Permission denied" in done.stderr:
-        pytest.skip(f"the checkout or venv is not readable by nobody: {done.stderr[-300:]}")
+    done = as_nobody(code)
     bomb_outcome, bomb_stderr, uid, probe_stderr = json.loads(done.stdout)
     assert bomb_outcome == "failed" and "BlockingIOError" in bomb_stderr
     assert uid == "65534\n" and "Read-only file system" in probe_stderr
