@@ -99,3 +99,20 @@ def dagster_dev(factory_env, tmp_path, server):
             time.sleep(1)
     client.url = f"http://127.0.0.1:{port}"  # for factory.experiments.launcher.GraphQL
     return client
+
+
+@pytest.fixture(scope="session")
+def demo_home(tmp_path_factory) -> dict:
+    """The environment of a FACTORY_HOME after `make demo`, run once per session exactly as a user runs
+    it (about 5 minutes): the state `make ui`, the README and the CLI docstrings start from. Tests
+    that use it must not depend on each other's writes; ones that only read come first by name.
+    Its output is `demo.log` beside the home."""
+    root = tmp_path_factory.mktemp("demo")
+    home = root / "factory"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FACTORY_", "DAGSTER_"))}
+    env |= {"FACTORY_HOME": str(home), "DAGSTER_HOME": str(home / "dagster"), "PYTHONUNBUFFERED": "1"}
+    with open(root / "demo.log", "w") as log:
+        done = subprocess.run(["make", "-C", str(ROOT), "demo", f"FACTORY_HOME={home}"], env=env,
+                              stdout=log, stderr=subprocess.STDOUT, timeout=1800)
+    assert done.returncode == 0, f"make demo failed: {(root / 'demo.log').read_text()[-4000:]}"
+    return env
