@@ -9,8 +9,10 @@ from typing import Optional
 
 from dagster import AssetsDefinition, Config, MaterializeResult, MetadataValue, asset
 
+from assets._metadata import display
 from configs.synth import PIPELINES, pipeline
 from factory.infer.export import find_export, latest_export
+from factory.overrides import override
 from factory.sandbox import Sandbox
 from factory.synth import SynthResult, run_pipeline
 from resources.inference import InferenceResource, SandboxResource
@@ -42,8 +44,7 @@ def _synth_asset(name: str) -> AssetsDefinition:
         home = lake.lake()
         spec = pipeline(name)
         if config.limit is not None:
-            spec = type(spec).model_validate({**spec.model_dump(), "seeds": {**spec.seeds.model_dump(),
-                                                                                "limit": config.limit}})
+            spec = override(spec, {"seeds.limit": config.limit})
 
         def engine_for(ref: str):
             return inference.engine(latest_export(home) if ref == "latest" else find_export(home, ref))
@@ -52,7 +53,7 @@ def _synth_asset(name: str) -> AssetsDefinition:
 
         def sandbox_for(timeout_s: float) -> Sandbox:
             base = sandbox.config()
-            return boxes.setdefault(timeout_s, Sandbox(base.model_copy(update={"timeout_s": timeout_s})))
+            return boxes.setdefault(timeout_s, Sandbox(override(base, {"timeout_s": timeout_s})))
 
         result = run_pipeline(home, spec, engine_for=engine_for, sandbox=sandbox_for, log=context.log.info,
                               run_id=context.run_id)
@@ -63,11 +64,11 @@ def _synth_asset(name: str) -> AssetsDefinition:
 
 def _metadata(r: SynthResult) -> dict:
     reasons = "\n".join(f"| {stage} | {n} |" for stage, n in r.rejected.most_common()) or "| - | 0 |"
-    return {
+    return display({
         "seeds": r.seeds, "accepted": r.accepted, "rejected": sum(r.rejected.values()),
         "rejected_by": MetadataValue.md(f"| stage / validator | rejected |\n|---|---:|\n{reasons}"),
         "tokens_generated": r.tokens, "seconds": r.seconds, "batch_id": r.batch_id,
         "snapshot_id": r.snapshot_id if r.snapshot_id is not None else "none (nothing accepted)",
         "stopped_by_budget": r.stopped or "no",
         "lineage": MetadataValue.md(f"`factory lineage {r.version_id}`" if r.version_id else "no new snapshot"),
-    }
+    })

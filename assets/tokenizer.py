@@ -10,7 +10,9 @@ from typing import Optional
 
 from dagster import AssetKey, Config, MaterializeResult, MetadataValue, asset
 
+from assets._metadata import display
 from configs.tokenizer import tokenizers
+from factory.overrides import override
 from factory.tokenize import TokenizerArtifact, train_tokenizer
 from resources.lake import LakeResource
 
@@ -37,11 +39,11 @@ def _deps() -> list[AssetKey]:
                 "refined tables; held-out documents excluded. Config: configs/tokenizer.py.",
 )
 def tokenizer(context, config: TokenizerAssetConfig, lake: LakeResource) -> MaterializeResult:
-    base = tokenizers()[config.name]
     overrides = {k: v for k, v in config.model_dump().items() if k != "name" and v is not None}
-    artifact = train_tokenizer(lake.lake(), base.model_copy(update=overrides) if overrides else base,
-                               run_id=context.run_id, log=context.log.info)
-    return MaterializeResult(metadata=_metadata(artifact))
+    # validated before the lake opens: a vocab_size=5 must fail here, naming the field
+    tokenizer_config = override(tokenizers()[config.name], overrides)
+    artifact = train_tokenizer(lake.lake(), tokenizer_config, run_id=context.run_id, log=context.log.info)
+    return MaterializeResult(metadata=display(_metadata(artifact)))
 
 
 def _metadata(a: TokenizerArtifact) -> dict:

@@ -60,7 +60,7 @@ from factory.train.model import Transformer, flops_per_token, param_groups
 from factory.train.perf import measure_matmul_peak, mfu
 from factory.train.report import Silent
 from factory.train.schedule import lr_at
-from factory.train.tracking import METRICS_TABLE, IcebergMetrics
+from factory.train.trackers import METRICS_TABLE, IcebergMetrics
 from factory.train.trainer import train
 
 

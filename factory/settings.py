@@ -14,7 +14,7 @@ needs them, so one grep finds everything a deployment can set.
 | `FACTORY_DEPLOY_JSON` | a resolved profile as JSON: how the factory hands its profile to processes it starts |
 | `FACTORY_EXPERIMENTS_DIR` | where the experiment sensor reads experiment files |
 | `FACTORY_CODE_VERSION` | code version to stamp instead of the git SHA (images without `.git`) |
-| `FACTORY_FAULTS` | JSON fault injections for tests (`{"crash_at_step": 5}`) |
+| `FACTORY_FAULTS` | JSON fault injections for tests (`{"kill_at_step": 5}`; keys in `factory.faults`) |
 | `FACTORY_TRACKER_BACKENDS`, `FACTORY_MLFLOW_TRACKING_URI` | a training process's tracker overrides |
 | `NEPTUNE_PROJECT`, `NEPTUNE_MODE`, `NEPTUNE_API_TOKEN` | Neptune's own settings |
 | `RANK`, `WORLD_SIZE`, `LOCAL_RANK` | set by torchrun for each training process |
@@ -79,15 +79,23 @@ def code_version_override() -> str | None:
     return get(CODE_VERSION)
 
 
-def faults() -> dict:
-    """Fault injections for tests; `{}` when none are set."""
+def faults():
+    """The fault injections a test asked for (`factory.faults.Faults`); inert when none are set.
+    Only entry points call this and hand the result down (see `factory.faults`)."""
+    from pydantic import ValidationError
+
+    from factory.faults import NO_FAULTS, Faults
+    from factory.overrides import validation_message
+
     raw = get(FAULTS)
     if raw is None:
-        return {}
+        return NO_FAULTS
     try:
-        return json.loads(raw)
+        return Faults.model_validate(json.loads(raw))
     except json.JSONDecodeError as e:
         raise ValueError(f"{FAULTS} is not JSON ({e}): {raw!r}") from None
+    except ValidationError as e:
+        raise ValueError(f"{FAULTS}={raw}: {validation_message(e)}") from None
 
 
 def secret(name: str) -> str | None:

@@ -1,7 +1,7 @@
 """`TrackerResource`: where a training run reports its metrics, as the environment of its process.
 
 Training runs in a subprocess (torchrun via Dagster Pipes), so this resource builds no client:
-`env()` returns the variables `factory.train.tracking.build_tracker` reads in that process. The
+`env()` returns the variables `factory.train.trackers.build_tracker` reads in that process. The
 settings come from the deployment profile's `tracker` section (MLflow on sqlite under
 `$FACTORY_HOME/mlflow` plus `train.metrics` in Iceberg by default; an MLflow server, Neptune at
 scale); a field set here overrides the profile for this resource, e.g. in a test
@@ -14,10 +14,9 @@ from typing import Optional
 from dagster import ConfigurableResource
 from pydantic import field_validator
 
+from factory import settings
 from factory.deploy import load_profile
-from factory.train import tracking
-
-BACKENDS = ("mlflow", "neptune", "iceberg")
+from factory.train.trackers import BACKENDS
 
 
 class TrackerResource(ConfigurableResource):
@@ -44,15 +43,15 @@ class TrackerResource(ConfigurableResource):
         profile = load_profile(self.deploy).tracker
         backends = self.backends if self.backends is not None else profile.backends
         values = {
-            tracking.ENV_BACKENDS: ",".join(backends),
-            tracking.ENV_MLFLOW_URI: self.mlflow_tracking_uri or profile.mlflow_tracking_uri,
+            settings.TRACKER_BACKENDS: ",".join(backends),
+            settings.MLFLOW_URI: self.mlflow_tracking_uri or profile.mlflow_tracking_uri,
         }
         if "neptune" in backends:
             token = self.neptune_api_token or (profile.neptune_api_token.resolve("tracker.neptune_api_token")
                                                if profile.neptune_api_token else None)
             values |= {
-                tracking.ENV_NEPTUNE_PROJECT: self.neptune_project or profile.neptune_project,
-                tracking.ENV_NEPTUNE_MODE: self.neptune_mode or profile.neptune_mode,
-                tracking.ENV_NEPTUNE_TOKEN: token,
+                settings.NEPTUNE_PROJECT: self.neptune_project or profile.neptune_project,
+                settings.NEPTUNE_MODE: self.neptune_mode or profile.neptune_mode,
+                settings.NEPTUNE_TOKEN: token,
             }
         return {key: value for key, value in values.items() if value}

@@ -23,6 +23,7 @@ from urllib.parse import urlparse
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from factory import settings
+from factory.train.config import TrackerBackend
 
 
 class DeployError(ValueError):
@@ -205,7 +206,7 @@ class InferenceProfile(_Frozen):
 class TrackerProfile(_Frozen):
     """Where training metrics go (Iceberg `train.metrics` is always in the lake of the profile)."""
 
-    backends: list[Literal["mlflow", "neptune", "iceberg"]] = Field(default_factory=lambda: ["mlflow", "iceberg"])
+    backends: list[TrackerBackend] = Field(default_factory=lambda: ["mlflow", "iceberg"])
     mlflow_tracking_uri: str | None = Field(None, description="MLflow server; None = sqlite under FACTORY_HOME/mlflow.")
     neptune_project: str = Field("factory/offline")
     neptune_mode: Literal["offline", "debug", "async", "sync"] = "offline"
@@ -246,5 +247,8 @@ class DeployConfig(_Frozen):
     dagster: DagsterProfile = Field(default_factory=DagsterProfile)
 
     def derive(self, **changes) -> "DeployConfig":
-        """A variant: this profile with top-level sections replaced (validated again)."""
-        return DeployConfig.model_validate({**self.model_dump(), **changes})
+        """A variant: this profile with sections replaced, or single fields by dotted path
+        (`**{"catalog.warehouse": ...}`), validated again (`factory.overrides.override`)."""
+        from factory.overrides import override
+
+        return override(self, changes)

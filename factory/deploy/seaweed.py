@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from urllib.parse import urlparse
 
-from factory.deploy.config import CatalogProfile, DeployConfig, DeployError
+from factory.deploy.config import DeployConfig, DeployError
 from factory.deploy.servers import Server, ServerError, free_port
 
 HOST = "127.0.0.1"
@@ -136,11 +136,8 @@ def rest_profile(s3_port: int, rest_port: int) -> DeployConfig:
     """The `loopback` profile with SeaweedFS on other ports (same keys, warehouse and Spark)."""
     from configs.deploy import loopback
 
-    base = loopback()
-    catalog = base.catalog.model_dump()
-    catalog["uri"] = f"http://{HOST}:{rest_port}"
-    catalog["s3"]["endpoint"] = f"http://{HOST}:{s3_port}"
-    return base.derive(catalog=CatalogProfile.model_validate(catalog))
+    return loopback().derive(**{"catalog.uri": f"http://{HOST}:{rest_port}",
+                                "catalog.s3.endpoint": f"http://{HOST}:{s3_port}"})
 
 
 def create_warehouse(profile: DeployConfig, bucket: str) -> DeployConfig:
@@ -152,4 +149,4 @@ def create_warehouse(profile: DeployConfig, bucket: str) -> DeployConfig:
     client = boto3.client("s3tables", endpoint_url=s3.endpoint, region_name=s3.region,
                           aws_access_key_id=key, aws_secret_access_key=secret)
     client.create_table_bucket(name=bucket)
-    return profile.derive(catalog=profile.catalog.model_copy(update={"warehouse": f"s3://{bucket}"}))
+    return profile.derive(**{"catalog.warehouse": f"s3://{bucket}"})

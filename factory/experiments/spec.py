@@ -31,6 +31,7 @@ from factory.train.config import (
     ScheduleConfig,
     TrackerConfig,
 )
+from factory.overrides import override, validation_message  # noqa: F401 - validation_message: re-exported
 from factory.version import config_hash
 
 
@@ -38,17 +39,25 @@ class ExperimentError(ValueError):
     """An experiment cannot run as configured; the message names the field."""
 
 
+class OverrideError(ExperimentError):
+    """A launch override (`steps`, `checkpoint_every`, ...) is invalid; `override` names it."""
+
+    def __init__(self, message: str, override: str | None = None):
+        super().__init__(message)
+        self.override = override
+
+
+# a launch's overrides (ExperimentConfig.with_run_overrides) -> the field each one sets
+RUN_OVERRIDES = {"steps": "steps", "checkpoint_every": "checkpoint.every", "eval_every": "eval_every",
+                 "eval_suite": "eval_suite"}
+
+
+def _errors(e: ValidationError) -> list[tuple[str, str]]:
+    """(field path, message) of each of pydantic's errors, as `validation_message` words them."""
+    return [(".".join(map(str, err["loc"])), err["msg"].removeprefix("Value error, ")) for err in e.errors()]
+
+
 STORED = {"stored": True}  # validation context of a stored plan (see `Plan.load`)
-
-
-def validation_message(e: ValidationError) -> str:
-    """`field.path: message; ...` — pydantic's errors on one line, without its input echo (and
-    without the "Value error, " that pydantic puts before our own validators' messages)."""
-    parts = []
-    for err in e.errors():
-        msg = err["msg"].removeprefix("Value error, ")
-        parts.append(f"{'.'.join(map(str, err['loc']))}: {msg}" if err["loc"] else msg)
-    return "; ".join(parts)
 
 
 def eval_suites() -> list[str]:
@@ -118,11 +127,31 @@ class ExperimentConfig(BaseModel):
         return self
 
     def derive(self, **changes) -> "ExperimentConfig":
-        """A validated variant (pydantic's `model_copy(update=...)` would skip validation). Config
-        objects among `changes` are dumped first: pydantic accepts a model instance as it is, so a
-        `model_copy(update=...)`-made part (e.g. `checkpoint.every=0`) would otherwise slip through."""
-        plain = {k: v.model_dump() if isinstance(v, BaseModel) else v for k, v in changes.items()}
-        return ExperimentConfig.model_validate({**self.model_dump(), **plain})
+        """A validated variant: `changes` replace whole fields (see `factory.overrides.override`)."""
+        return override(self, changes)
+
+    def with_run_overrides(self, *, steps: int | None = None, checkpoint_every: int | None = None,
+                           eval_every: int | None = None, eval_suite: str | None = None) -> "ExperimentConfig":
+        """This experiment with a launch's overrides (None = keep): what `python -m factory.train
+        --steps ...` and the `training_run` asset's run config both accept. `steps` replaces the
+        length (a `tokens` length is dropped); `checkpoint_every` changes only `checkpoint.every`.
+        Raises `ExperimentError` naming the override (`steps: Input should be greater than 0`)."""
+        given = {"steps": steps, "checkpoint_every": checkpoint_every, "eval_every": eval_every,
+                 "eval_suite": eval_suite}
+        changes = {RUN_OVERRIDES[name]: value for name, value in given.items() if value is not None}
+        if steps is not None:
+            changes["tokens"] = None
+        if not changes:
+            return self
+        try:
+            return override(self, changes)
+        except ValidationError as e:
+            by_path = {path: name for name, path in RUN_OVERRIDES.items()}
+            errors = [(path, msg, by_path.get(path)) for path, msg in _errors(e)]
+            problems = [f"{name}={given[name]!r}: {msg}" if name else f"{path}: {msg}" if path else msg
+                        for path, msg, name in errors]
+            named = next((name for _, _, name in errors if name), None)
+            raise OverrideError(f"experiment {self.name}: " + "; ".join(problems), named) from None
 
     def identity_hash(self) -> str:
         """Hash of what changes the result (execution choices excluded)."""
@@ -178,7 +207,7 @@ def plan_experiment(lake, experiment: ExperimentConfig) -> Plan:
                               f"the mix's seq_len={seq_len}")
     vocab = load_tokenizer(version.tokenizer_path).get_vocab_size()
     if model.vocab_size is None:
-        model = model.model_copy(update={"vocab_size": vocab})
+        model = override(model, {"vocab_size": vocab})
     elif model.vocab_size < vocab:
         raise ExperimentError(f"experiment {experiment.name}: model.vocab_size={model.vocab_size} < the tokenizer's {vocab}")
     tokens_per_step = experiment.global_batch * seq_len

@@ -1,13 +1,22 @@
 """`python -m factory.train`: the training entry point, with or without Dagster.
 
     python -m factory.train --experiment smoke                  # one process
+    python -m factory.train --experiment smoke --steps 4 --checkpoint-every 2
     torchrun --standalone --nproc-per-node 2 -m factory.train --experiment smoke_ddp
+
+The overrides (`--steps`, `--checkpoint-every`, `--eval-every`, `--eval-suite`) are the ones the
+`training_run` asset's run config takes, with the same meaning (`ExperimentConfig.
+with_run_overrides`), validated before anything starts: a bad value exits 2 naming the flag. An
+overridden experiment is another run (`<experiment>-<hash8>` of what is trained), so a 4-step
+try never resumes, or clobbers, the full run's checkpoints.
 
 The `training_run` asset launches exactly this through Dagster Pipes, passing the validated
 experiment as JSON (`--experiment-json`), so the process trains what the asset planned, the
 deployment profile as JSON (`FACTORY_DEPLOY_JSON`), so checkpoints, metrics and lineage land in the
 lake the asset planned against, and the Pipes reporter by name (`--reporter`), so this package
 never imports Dagster. Run by hand, it takes `--deploy` or `FACTORY_DEPLOY` like the CLI.
+Fault injections for tests (`FACTORY_FAULTS`, see `factory.faults`) are read here and handed to
+the trainer; `train()` itself never looks for them.
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ import sys
 from factory import settings
 from factory.deploy import load_profile, open_lake
 from factory.experiments import ExperimentConfig, ExperimentError, plan_experiment
+from factory.experiments.spec import OverrideError
 from factory.experiments.sweep import run_name
 from factory.lake import LakeError
 from factory.train.distributed import shutdown
@@ -36,6 +46,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--home", help="FACTORY_HOME")
     parser.add_argument("--deploy", help="deployment profile (default: the one handed down, else $FACTORY_DEPLOY, else embedded)")
     parser.add_argument("--reporter", help="module:function, a context manager yielding a Reporter (default: terminal)")
+    overrides = parser.add_argument_group("overrides", "validated like the experiment; the same as the training_run "
+                                                       "asset's run config")
+    overrides.add_argument("--steps", type=int, help="train this many optimizer steps (replaces a tokens length)")
+    overrides.add_argument("--checkpoint-every", type=int, help="steps between checkpoints (the last step always saves)")
+    overrides.add_argument("--eval-every", type=int, help="steps between evaluated checkpoints")
+    overrides.add_argument("--eval-suite", help="eval suite of configs/evals.py run on them")
     args = parser.parse_args(argv)
 
     try:
@@ -45,18 +61,25 @@ def main(argv: list[str] | None = None) -> int:
             from configs.experiments import experiment as load
 
             experiment = load(args.experiment)
+        experiment = experiment.with_run_overrides(steps=args.steps, checkpoint_every=args.checkpoint_every,
+                                                   eval_every=args.eval_every, eval_suite=args.eval_suite)
+        faults = settings.faults()
         lake = open_lake(load_profile(args.deploy), home=args.home)
         plan = plan_experiment(lake, experiment)
+    except OverrideError as e:  # before the lake opens; exits 2 with the usage line, naming the flag
+        parser.error((f"argument --{e.override.replace('_', '-')}: " if e.override else "") + str(e))
     except (ExperimentError, LakeError, ValueError) as e:
         print(f"factory.train: error: {e}", file=sys.stderr)
         return 2
 
     with open_reporter(settings.distributed()[0], args.reporter) as reporter:
         try:
-            result = train(plan, lake, run=args.run_name or run_name(experiment), run_id=args.run_id, reporter=reporter)
+            result = train(plan, lake, run=args.run_name or run_name(experiment), run_id=args.run_id, reporter=reporter,
+                           faults=faults)
         finally:
             shutdown()
-        reporter.log(f"{result.run}: {result.steps} steps, final loss {result.final_loss}")
+        loss = "n/a" if result.final_loss is None else f"{result.final_loss:.4f}"
+        reporter.log(f"{result.run}: {result.steps} steps, final loss {loss}")
     return 0
 
 

@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pyarrow as pa
-import torch
 from pydantic import BaseModel, ConfigDict
 from pyiceberg.expressions import EqualTo
 
@@ -145,6 +144,8 @@ def save_checkpoint(
     hashed: list[_HashingWriter] = []
 
     def write_payload(f) -> None:
+        import torch  # here, not at the top: reading train.checkpoints (`factory lineage`, `evals`) needs no torch
+
         writer = _HashingWriter(f)
         torch.save(payload, writer)
         hashed.append(writer)
@@ -214,6 +215,8 @@ def latest_valid(directory: Path, log: Callable[[str], None]) -> CheckpointRef |
 
 def load_checkpoint(ref: CheckpointRef) -> dict:
     """The payload of `ref`, on CPU, through the weights-only unpickler (no arbitrary code)."""
+    import torch
+
     return torch.load(ref.path, weights_only=True, map_location="cpu")
 
 

@@ -124,7 +124,12 @@ class ParallelConfig(_Frozen):
         return self.nproc_per_node * self.nnodes
 
 
+# the tracking backends, spelt once: factory.train.trackers.BACKENDS builds each, the deploy profile
+# and TrackerResource accept these names
+TrackerBackend = Literal["mlflow", "neptune", "iceberg"]
+
+
 class TrackerConfig(_Frozen):
-    backends: list[Literal["mlflow", "neptune", "iceberg"]] = Field(default_factory=lambda: ["mlflow", "iceberg"])
+    backends: list[TrackerBackend] = Field(default_factory=lambda: ["mlflow", "iceberg"])
     neptune_project: str = Field("factory/offline", description="Neptune project name (offline mode).")
     log_every: int = Field(1, ge=1, description="Steps between metric rows.")

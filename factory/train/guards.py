@@ -35,13 +35,21 @@ class TooManySkips(RuntimeError):
     """More consecutive steps were skipped than the guard allows."""
 
 
+class NumericsError(RuntimeError):
+    """A non-finite step under `guards.nonfinite = error`."""
+
+
 class Guards:
+    """Judges every step. `flagged` and `skipped` count this launch's non-ok and not-applied
+    verdicts (the run's result reports them); the rolling windows are `state_dict()`."""
+
     def __init__(self, config: GuardConfig, state: dict | None = None):
         self.config = config
         state = state or {}
         self.loss = deque(state.get("loss", []), maxlen=config.spike_window)
         self.grad_norm = deque(state.get("grad_norm", []), maxlen=config.spike_window)
         self.consecutive_skips = state.get("consecutive_skips", 0)
+        self.flagged = self.skipped = 0
 
     def state_dict(self) -> dict:
         return {"loss": list(self.loss), "grad_norm": list(self.grad_norm), "consecutive_skips": self.consecutive_skips}
@@ -53,6 +61,8 @@ class Guards:
                               f"loss={loss} grad_norm={grad_norm}")
         else:
             verdict = self._spike(loss, grad_norm)
+        self.flagged += verdict.action != "ok"
+        self.skipped += not verdict.apply_update
         if verdict.apply_update:
             self.loss.append(loss)
             self.grad_norm.append(grad_norm)

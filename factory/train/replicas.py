@@ -10,14 +10,24 @@ an error naming the ranks and parameters, and an incident row.
 The redundant dry run catches what a weight hash cannot see: every rank runs the same
 micro-batch (rank 0's) without synchronizing gradients and the gradient hashes are compared
 before any all-reduce could average a bad gradient away.
+
+`ReplicaChecker` is what the trainer holds: it owns the cadence (`hash_every`), runs the dry run
+before a step and the parameter check after it, and on a mismatch has rank 0 record the incident
+while the other ranks wait. On a single process it does nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
+
+from factory.train.config import ReplicaCheckConfig
+from factory.train.distributed import Dist
 
 _WEIGHTS: dict[tuple[int, str], torch.Tensor] = {}
 
@@ -85,3 +95,50 @@ def _clean(name: str) -> str:
     for prefix in ("module.", "_orig_mod."):
         name = name.replace(prefix, "")
     return name
+
+
+class ReplicaChecker:
+    """Cross-replica checks at the configured cadence; `record(step, kind, detail)` writes the
+    incident (called on rank 0 only), `warn` says it in the run log. Inert unless distributed."""
+
+    def __init__(self, config: ReplicaCheckConfig, d: Dist, model: torch.nn.Module, net: torch.nn.Module,
+                 *, micro_batch: int, autocast, record: Callable[[int, str, dict], None], warn: Callable[[str], None]):
+        self.config, self.d, self.model, self.net = config, d, model, net
+        self.micro_batch, self.autocast, self.record, self.warn = micro_batch, autocast, record, warn
+
+    def _due(self, step: int) -> bool:
+        return self.d.active and step % self.config.hash_every == 0
+
+    def before_step(self, step: int, tokens: torch.Tensor) -> None:
+        """The redundant dry run, when due: every rank runs rank 0's first micro-batch without
+        gradient sync, and the gradient hashes must agree before the real step all-reduces."""
+        if not (self.config.redundant_dry_run and self._due(step)):
+            return
+        micro = tokens[: self.micro_batch].clone()  # the broadcast writes into it: this rank's batch stays intact
+        dist.broadcast(micro, src=0)
+        with (self.net.no_sync() if hasattr(self.net, "no_sync") else contextlib.nullcontext()), self.autocast:
+            logits = self.net(micro[:, :-1])
+            F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), micro[:, 1:].reshape(-1)).backward()
+        try:
+            self._compare(gradients_of(self.model), "gradients", "gradient_mismatch", step)
+        finally:
+            self.model.zero_grad(set_to_none=True)
+
+    def after_step(self, step: int) -> None:
+        """The parameter-hash comparison, when due."""
+        if self._due(step):
+            self._compare(parameters_of(self.model), "parameters", "replica_mismatch", step)
+
+    def _compare(self, named, what: str, kind: str, step: int) -> None:
+        """On a mismatch rank 0 records the incident while the others wait at a barrier (a rank
+        exiting first would make torchrun kill rank 0 mid-commit); then every rank raises."""
+        try:
+            compare(named, what, step)
+        except ReplicaMismatch as e:
+            try:
+                if self.d.main:
+                    self.record(step, kind, {"ranks": e.ranks, "parameters": e.parameters})
+            finally:
+                self.d.barrier()
+            self.warn(str(e))
+            raise

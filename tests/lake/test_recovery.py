@@ -212,7 +212,8 @@ def test_every_commit_stamps_upstream_snapshots_and_a_content_hash(tmp_path, sou
     from factory.mix import mix_versions
     from factory.synth import PipelineConfig, run_pipeline
     from factory.train.checkpoint import CheckpointRef, record_checkpoint
-    from factory.train.tracking import IcebergMetrics, record_incident
+    from factory.train.incidents import record_incident
+    from factory.train.trackers import IcebergMetrics
 
     lake = build_training_lake(tmp_path / "home")  # refined.* (the roots), tokenizer, mix default v1
     ingest_source(lake, source)

@@ -33,7 +33,8 @@ from factory.tokenize import TokenizerConfig, train_tokenizer
 from factory.train.checkpoint import checkpoint_dir, checkpoints
 from factory.train.config import CheckpointConfig, ReplicaCheckConfig
 from factory.train.launch import launch_command
-from factory.train.tracking import INCIDENTS_TABLE, METRICS_TABLE
+from factory.train.incidents import INCIDENTS_TABLE
+from factory.train.trackers import METRICS_TABLE
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 6

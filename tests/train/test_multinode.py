@@ -37,7 +37,7 @@ from factory.mix import accounting
 from factory.train.checkpoint import checkpoint_dir, checkpoints, latest_valid, load_checkpoint
 from factory.train.config import CheckpointConfig, ParallelConfig
 from factory.train.launch import launch_command
-from factory.train.tracking import METRICS_TABLE
+from factory.train.trackers import METRICS_TABLE
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS, EVERY = 6, 2

@@ -1,4 +1,4 @@
-"""Experiment tracking (`factory.train.tracking`), throughput arithmetic (`perf`), loss-curve
+"""Experiment tracking (`factory.train.trackers`), throughput arithmetic (`perf`), loss-curve
 images (`plot`) and `TrackerResource`.
 
 These run on CPU with no servers and no network: MLflow on a sqlite store under the test's
@@ -22,14 +22,14 @@ from mlflow import MlflowClient
 from factory.train import perf
 from factory.train.config import TrackerConfig
 from factory.train.plot import PNG_SIGNATURE, loss_curve_png, png_markdown
-from factory.train.tracking import (
+from factory.train.incidents import record_incident
+from factory.train.trackers import (
     IcebergMetrics,
     MLflowTracker,
     MultiTracker,
     NeptuneTracker,
     build_tracker,
     flatten_params,
-    record_incident,
 )
 
 LOSSES = [(1, 4.0), (2, 3.5), (3, 3.2)]

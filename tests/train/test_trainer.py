@@ -5,7 +5,7 @@ shortened to a few steps (`smoke().derive(steps=..., checkpoint=...)`).
   `train.checkpoints` (`ckpt/<run>@<step>`, tokens = step x tokens per step) and on disk (pruned
   to `keep_last`), the card sits beside them, each checkpoint's lineage row names the mix version,
   the tokenizer and the previous checkpoint, and MLflow holds the run with its loss history;
-- a NaN injected at step 4 (`FACTORY_FAULTS`): the step is skipped (no optimizer update, an
+- a NaN injected at step 4 (a `Faults` handed to `train`): the step is skipped (no optimizer update, an
   incident row, `skipped` = 1 in the metrics), the run finishes with finite parameters;
 - a truncated newest checkpoint: the next launch says why it skips it, resumes from the one
   before and completes;
@@ -30,6 +30,7 @@ from pyiceberg.expressions import EqualTo
 from configs.experiments import smoke
 from factory.experiments import plan_experiment
 from factory.experiments.card import render_card
+from factory.faults import Faults
 from factory.train.checkpoint import checkpoint_dir, checkpoints, latest_valid, load_checkpoint, validate
 from factory.train.config import CheckpointConfig, TrackerConfig
 from factory.train.schedule import lr_at
@@ -114,11 +115,10 @@ def test_smoke_run_falls_checkpoints_records_lineage_and_mlflow(shared_lake, rep
 
 
 def test_nan_step_is_skipped_recorded_and_the_run_finishes(shared_lake, reporter, training_env):
-    training_env.setenv("FACTORY_FAULTS", json.dumps({"nan_at_steps": [4]}))
     lake, run = shared_lake, "nan"
     plan = plan_experiment(lake, experiment(steps=6, every=3))
 
-    result = train(plan, lake, run=run, reporter=reporter)
+    result = train(plan, lake, run=run, reporter=reporter, faults=Faults(nan_at_steps=[4]))
 
     assert (result.steps, result.skipped_steps, result.incidents) == (6, 1, 1)
     assert result.final_loss is not None and math.isfinite(result.final_loss)
@@ -145,11 +145,10 @@ def test_spike_rolls_back_to_the_last_checkpoint(shared_lake, reporter, training
     """A loss x1000 at step 9 (window 5, action rollback; 50 sigma, far above the early-training
     grad-norm swings a 5-step window sees): the step is not applied and the weights and optimizer
     go back to checkpoint 8, so the step-9 checkpoint equals step 8's."""
-    training_env.setenv("FACTORY_FAULTS", json.dumps({"spike_at_steps": [9]}))
     lake, run = shared_lake, "spike"
     exp = experiment(steps=9, every=4, keep_last=5).derive(
         guards={"spike_window": 5, "spike_sigma": 50, "spike_action": "rollback"})
-    result = train(plan_experiment(lake, exp), lake, run=run, reporter=reporter)
+    result = train(plan_experiment(lake, exp), lake, run=run, reporter=reporter, faults=Faults(spike_at_steps=[9]))
 
     rows = lake.table("train.incidents").scan(row_filter=EqualTo("run", run)).to_arrow().to_pylist()
     assert (result.steps, result.skipped_steps, result.incidents) == (9, 1, 1)
