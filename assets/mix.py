@@ -17,6 +17,7 @@ from dagster import (
     asset,
 )
 
+from assets._metadata import display
 from configs.mixes import mix_names, mix_spec
 from factory.mix import MixVersion, register_mix_version, version_problems
 from resources.lake import LakeResource
@@ -67,7 +68,7 @@ def _metadata(v: MixVersion, created: bool) -> dict:
     )
     table = (f"| source | snapshot | training rows | bytes | ~tokens | {header} |\n"
              f"|---|---|---|---|---|{'---|' * len(stages)}\n{rows}")
-    return {
+    return display({
         "version_id": v.version_id,
         "status": "new version" if created else "unchanged: the newest version already pins this",
         "sources": MetadataValue.md(table),
@@ -77,4 +78,4 @@ def _metadata(v: MixVersion, created: bool) -> dict:
         "plan_hash": v.plan_hash,
         "query": MetadataValue.md(f"`factory sql \"select * from mixes.versions where version_id='{v.version_id}'\"`"),
         "lineage": MetadataValue.md(f"`factory lineage {v.version_id}`"),
-    }
+    })

@@ -10,6 +10,7 @@ from typing import Optional
 
 from dagster import AssetsDefinition, Config, MaterializeResult, MetadataValue, asset
 
+from assets._metadata import display
 from configs.sources import EMBEDDED, embedded_source
 from factory.data.ingest import IngestResult, ingest_source
 from resources.lake import LakeResource
@@ -74,7 +75,7 @@ def _summary(r: IngestResult) -> str:
 
 def _metadata(r: IngestResult, location: str) -> dict:
     sample = "\n\n".join(f"**{s['path']}** ({s['language']})\n```\n{s['head']}\n```" for s in r.sample)
-    return {
+    return display({
         "table": r.table,
         "status": "new snapshot" if r.committed else "unchanged: nothing committed",
         "snapshot_id": str(r.snapshot_id),
@@ -91,4 +92,4 @@ def _metadata(r: IngestResult, location: str) -> dict:
         "location": MetadataValue.path(location),
         "lineage": MetadataValue.md(f"`factory lineage {r.table}`"),
         "sample": MetadataValue.md(sample or "(empty)"),
-    }
+    })

@@ -16,6 +16,7 @@ from dagster import (
     asset_check,
 )
 
+from assets._metadata import display
 from configs.refine import pipelines
 from factory.data.objectstore import executor_s3
 from factory.data.refine import checks
@@ -71,7 +72,7 @@ def _step_asset(pipeline: RefineConfig, index: int) -> AssetsDefinition:
 def _metadata(r: StepReport) -> dict:
     rows = "\n".join(f"| {reason} | {n} | {r.dropped_bytes[reason]:,} |" for reason, n in r.dropped.items())
     drops = "| reason | documents | bytes |\n|---|---|---|\n" + (rows or "| (none) | 0 | 0 |")
-    return {
+    return display({
         "table": r.table,
         "snapshot_id": str(r.snapshot_id),
         "input": f"{r.input_table}@{r.input_snapshot_id}",
@@ -89,7 +90,7 @@ def _metadata(r: StepReport) -> dict:
             f"`factory sql \"select reason, count(*) from refined.exclusions where source='{r.source}' "
             f"and step='{r.step}' group by 1\"`"
         ),
-    }
+    })
 
 
 def _no_duplicates_check(table: str):

@@ -5,16 +5,28 @@ final eval metrics into Iceberg `sweeps.results`, ranks the cells by the sweep's
 the ranking table and a plot (PNG) in its metadata. `automix` fits the auto-mixer's regression
 on a Dirichlet sweep's evaluated proxies and registers the proposal as a new mix version whose
 lineage reaches every proxy run (`factory.experiments.automix`).
+
+Both read `evals.results` for every checkpoint of a sweep, so both depend on all of
+`eval_scores` (`AllPartitionMapping`: a sweep name maps to no one checkpoint key, and the
+inferred Identity mapping would pair `smoke_lr` with a checkpoint `smoke_lr`).
 """
 
-import base64
+from dagster import (
+    AllPartitionMapping,
+    AssetDep,
+    Config,
+    MaterializeResult,
+    MetadataValue,
+    StaticPartitionsDefinition,
+    asset,
+)
 
-from dagster import AssetDep, Config, MaterializeResult, MetadataValue, StaticPartitionsDefinition, asset
-
+from assets._metadata import display, table
 from factory.experiments.automix import propose_from_sweep
 from factory.experiments.registry import discover_sweeps, get_sweep
-from factory.experiments.results import plot, write_sweep_results
+from factory.experiments.results import display_rows, plot, write_sweep_results
 from factory.home import artifacts_dir
+from factory.train.plot import png_markdown
 from resources.experiments import ExperimentsResource
 from resources.lake import LakeResource
 
@@ -24,7 +36,7 @@ sweep_partitions = StaticPartitionsDefinition(sorted(discover_sweeps().found))
 @asset(
     key=["sweeps", "results"],
     partitions_def=sweep_partitions,
-    deps=["eval_scores"],
+    deps=[AssetDep("eval_scores", partition_mapping=AllPartitionMapping())],
     group_name="sweeps",
     kinds={"iceberg"},
     description="Iceberg `sweeps.results`: each cell of a sweep (the partition) with its config and final eval "
@@ -35,14 +47,21 @@ def sweep_results(context, lake: LakeResource, experiments: ExperimentsResource)
     report = write_sweep_results(lake.lake(), sweep, run_id=context.run_id, partition=sweep.name)
     png = plot(report, sweep, artifacts_dir(lake.lake().home) / "sweeps" / sweep.name / "summary.png")
     best = report.best or {}
-    return MaterializeResult(metadata={
-        "ranking": MetadataValue.md(report.table),
-        "plot": MetadataValue.md(f"![{sweep.name}](data:image/png;base64,{base64.b64encode(png.read_bytes()).decode()})"),
+    return MaterializeResult(metadata=display({
+        "ranking": _ranking_table(report.ranking, sweep.metric),
+        "plot": MetadataValue.md(png_markdown(png.read_bytes(), alt=sweep.name)),
         "plot_path": MetadataValue.path(str(png)),
         "metric": sweep.metric, "cells": len(report.ranking), **{f"cells_{k}": v for k, v in report.counts.items()},
         "best_run": best.get("run") or "-", "best_value": float(best["value"]) if best.get("value") is not None else None,
         "snapshot_id": str(report.snapshot_id),
-    })
+    }))
+
+
+def _ranking_table(ranking: list[dict], metric: str):
+    """The ranking as a table, which the UI always shows inline (its Markdown, one row per cell,
+    passes the UI's 1,000-character limit for inline Markdown at about ten cells)."""
+    columns = ["rank", "run", "params", metric, "train loss", "status"]
+    return table([dict(zip(columns, row)) for row in display_rows(ranking)], columns)
 
 
 class AutomixConfig(Config):
@@ -54,7 +73,7 @@ class AutomixConfig(Config):
 
 @asset(
     key="automix",
-    deps=[AssetDep(["sweeps", "results"])],
+    deps=[AssetDep(["sweeps", "results"]), AssetDep("eval_scores", partition_mapping=AllPartitionMapping())],
     group_name="sweeps",
     kinds={"iceberg"},
     description="RegMix: regress the proxies' held-out loss on their mix weights and register the proposed mix "
@@ -63,9 +82,9 @@ class AutomixConfig(Config):
 def automix(context, config: AutomixConfig, lake: LakeResource, experiments: ExperimentsResource) -> MaterializeResult:
     proposal, version = propose_from_sweep(lake.lake(), get_sweep(config.sweep, experiments.sweeps_path()),
                                            name=config.name, run_id=context.run_id, log=context.log.info)
-    return MaterializeResult(metadata={
+    return MaterializeResult(metadata=display({
         "mix_version": version.version_id, "proposal": MetadataValue.md(proposal.summary()),
-        "weights": MetadataValue.json(proposal.weights), "proxies": proposal.n_proxies,
+        "weights": proposal.weights, "proxies": proposal.n_proxies,
         "predicted_loss": proposal.predicted_loss, "uniform_predicted_loss": proposal.uniform_loss,
         "loo_spearman": proposal.fit.loo_spearman, "loo_rmse": proposal.fit.loo_rmse,
-    })
+    }))

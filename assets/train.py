@@ -21,15 +21,15 @@ from dagster import (
     Config,
     DynamicPartitionsDefinition,
     MaterializeResult,
-    MetadataValue,
     PipesSubprocessClient,
     asset,
 )
 
+from assets._metadata import display, table
 from assets.evals import checkpoint_key, checkpoint_partitions
 from factory.deploy import DeployError, profile_env
 from factory.experiments import ExperimentConfig, ExperimentError, plan_experiment
-from factory.experiments.card import render_card
+from factory.experiments.card import card_rows, launch_line, render_card
 from factory.experiments.queue import resolve_run
 from factory.experiments.sweep import run_name
 from factory.home import CHECKOUT
@@ -45,6 +45,8 @@ training_runs = DynamicPartitionsDefinition(name="training_runs")
 class TrainingRunConfig(Config):
     experiment_json: Optional[str] = None
     """The experiment, as queued (`ExperimentConfig` JSON); its run name must be the partition."""
+    source: Optional[str] = None
+    """Where it was queued from (`configs/experiments/smoke.py:smoke`, a sweep's cell); shown, not used."""
     steps: Optional[int] = None
     """Override the experiment's length in optimizer steps (e.g. a shorter CI run)."""
     checkpoint_every: Optional[int] = None
@@ -62,14 +64,10 @@ class TrainingRunConfig(Config):
             raise ExperimentError(f"run config's experiment is run {run_name(exp)!r}, but the partition is {run!r}")
         return exp
 
-    def apply(self, exp):
-        changes = {}
-        if self.steps is not None:
-            changes |= {"steps": self.steps, "tokens": None}
-        if self.checkpoint_every is not None:
-            changes["checkpoint"] = exp.checkpoint.model_copy(update={"every": self.checkpoint_every})
-        changes |= {k: v for k, v in (("eval_every", self.eval_every), ("eval_suite", self.eval_suite)) if v is not None}
-        return exp.derive(**changes) if changes else exp
+    def apply(self, exp: ExperimentConfig) -> ExperimentConfig:
+        """`exp` with this run's overrides, validated (the same ones `python -m factory.train` takes)."""
+        return exp.with_run_overrides(steps=self.steps, checkpoint_every=self.checkpoint_every,
+                                      eval_every=self.eval_every, eval_suite=self.eval_suite)
 
 
 @asset(
@@ -107,8 +105,29 @@ def training_run(context, config: TrainingRunConfig, lake: LakeResource, tracker
     keys = [checkpoint_key(r["checkpoint_id"]) for r in rows
             if r is rows[-1] or (r["eval_every"] > 0 and r["step"] % r["eval_every"] == 0)]
     context.instance.add_dynamic_partitions(checkpoint_partitions.name, keys)
-    return MaterializeResult(metadata={**(result.metadata or {}), "card": MetadataValue.md(card),
-                                       "config_hash": plan.config_hash, "experiment": plan.experiment.name,
-                                       "deploy": f"{profile.name}: {profile.catalog.kind} catalog "
-                                                 f"{profile.catalog.uri or 'under FACTORY_HOME'}, "
-                                                 f"{profile.training.launcher} launcher"})
+    deploy = (f"{profile.name}: {profile.catalog.kind} catalog {profile.catalog.uri or 'under FACTORY_HOME'}, "
+              f"{profile.training.launcher} launcher")
+    return MaterializeResult(metadata=_metadata(dict(result.metadata or {}), plan, deploy))
+
+
+# The run's page leads with what a person opens it for; what went wrong shows only when it did;
+# identities (hashes, versions, the deploy profile) sit in one `details` entry instead of a row each.
+LEADING = ("loss_curve", "card", "final_loss", "tokens", "seconds", "checkpoints")
+ONLY_IF_SET = ("incidents", "skipped_steps", "resumed_from")
+
+
+def _metadata(reported: dict, plan, deploy: str) -> dict:
+    """The trainer's summary (through Pipes) and the plan, as the run's page shows them."""
+    def value(key):  # Pipes hands MetadataValues; the checks below need the plain value
+        return getattr(reported[key], "value", reported[key])
+
+    e = plan.experiment
+    shown = {k: reported[k] for k in LEADING if k in reported}
+    shown |= {k: reported[k] for k in ONLY_IF_SET if k in reported and value(k)}
+    rows = [("experiment", f"{e.name}: {e.description or '(no description)'}"), *card_rows(plan),
+            ("run it", f"factory experiment submit {e.name}, or {launch_line(plan)} --experiment {e.name}")]
+    # the table cells show plain text: the card's Markdown code ticks would print as ticks
+    shown["card"] = table([{"field": k, "value": v.replace("`", "")} for k, v in rows], ["field", "value"])
+    shown["details"] = {"experiment": e.name, "config_hash": plan.config_hash, "parameters": plan.parameters,
+                        "deploy": deploy, **{k: value(k) for k in reported if k not in shown}}
+    return display(shown, first=LEADING)

@@ -19,9 +19,19 @@ def write_card(home: Path, run: str, card: str) -> Path:
 
 
 def render_card(plan: Plan) -> str:
+    e = plan.experiment
+    table = "\n".join(f"| {k} | {v} |" for k, v in card_rows(plan))
+    return (f"# Experiment `{e.name}`\n\n{e.description or '(no description)'}\n\n"
+            f"| | |\n|---|---|\n{table}\n\n"
+            f"Run it: `factory experiment submit {e.name}` (queued in Dagster as run `{run_name(e)}`) "
+            f"or `{launch_line(plan)} --experiment {e.name}`\n")
+
+
+def card_rows(plan: Plan) -> list[tuple[str, str]]:
+    """The card's (field, value) rows; the Dagster asset shows them as a table."""
     e, m = plan.experiment, plan.model
     o, s = e.optimizer, e.schedule
-    rows = [
+    return [
         ("mix", f"`{plan.mix_version}`" + (" (followed live)" if e.follow_mix and "@" not in e.mix else " (pinned)")),
         *([("mix weights", ", ".join(f"{t} {w:g}" for t, w in e.mix_weights.items()) + " (the mix's own replaced)")]
           if e.mix_weights else []),
@@ -48,16 +58,15 @@ def render_card(plan: Plan) -> str:
         ("seed", str(e.seed)),
         ("identity hash", f"`{plan.config_hash}`"),
     ]
-    table = "\n".join(f"| {k} | {v} |" for k, v in rows)
+
+
+def launch_line(plan: Plan) -> str:
+    """The command that trains this plan outside Dagster."""
+    e = plan.experiment
     n, nodes = e.parallel.nproc_per_node, e.parallel.nnodes
     if nodes > 1:  # one agent per node at the profile's c10d rendezvous (factory.train.launch)
-        launcher = (f"torchrun --nnodes {nodes} --node-rank <R> --nproc-per-node {n} --rdzv-backend c10d "
-                    f"--rdzv-endpoint <training.rdzv_endpoint> -m factory.train")
-    elif n > 1:
-        launcher = f"torchrun --standalone --nproc-per-node {n} -m factory.train"
-    else:
-        launcher = "python -m factory.train"
-    return (f"# Experiment `{e.name}`\n\n{e.description or '(no description)'}\n\n"
-            f"| | |\n|---|---|\n{table}\n\n"
-            f"Run it: `factory experiment submit {e.name}` (queued in Dagster as run `{run_name(e)}`) "
-            f"or `{launcher} --experiment {e.name}`\n")
+        return (f"torchrun --nnodes {nodes} --node-rank <R> --nproc-per-node {n} --rdzv-backend c10d "
+                f"--rdzv-endpoint <training.rdzv_endpoint> -m factory.train")
+    if n > 1:
+        return f"torchrun --standalone --nproc-per-node {n} -m factory.train"
+    return "python -m factory.train"

@@ -1,9 +1,18 @@
-"""The Dagster layer loads cleanly and the core stays framework-free. CPU, no servers."""
+"""The Dagster layer loads cleanly, its asset graph is one chain, and the core stays framework-free.
+
+The graph test reads `definitions.defs` as the webserver and the daemon get it (the asset node
+snapshots, with their partition mappings): raw -> ... -> mix -> training_run -> checkpoint_export
+-> eval_scores -> sweeps/results and automix, every edge across different partition sets mapped
+by `AllPartitionMapping` (the inferred Identity mapping would pair unrelated keys). CPU, no servers.
+"""
 
 import ast
 import subprocess
 import sys
 from pathlib import Path
+
+from dagster import AllPartitionMapping, AssetKey
+from dagster._core.remote_representation.external_data import asset_node_snaps_from_repo
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -52,3 +61,32 @@ def test_factory_never_imports_dagster_at_runtime():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_asset_graph_chains_training_exports_scores_and_sweeps():
+    import definitions
+
+    graph = definitions.defs.resolve_asset_graph()
+
+    def parents(key: str) -> set[str]:
+        return {k.to_user_string() for k in graph.get(AssetKey.from_user_string(key)).parent_keys}
+
+    def children(key: str) -> set[str]:
+        return {k.to_user_string() for k in graph.get(AssetKey.from_user_string(key)).child_keys}
+
+    assert parents("training_run") == {"mix"}
+    assert parents("checkpoint_export") == {"training_run"}
+    assert children("training_run") == {"checkpoint_export"}
+    assert parents("eval_scores") == {"checkpoint_export"}
+    assert children("eval_scores") == {"sweeps/results", "automix"}
+    assert parents("automix") == {"sweeps/results", "eval_scores"}
+    # one connected chain: every asset from raw to automix is upstream of automix
+    upstream = {k.to_user_string() for k in graph.upstream_key_iterator(AssetKey("automix"))}
+    assert {"raw/python_stdlib", "tokenizer", "mix", "training_run", "checkpoint_export", "eval_scores"} <= upstream
+
+    # what the webserver and the daemon receive: the mapping is sent (a custom one would not be)
+    edges = {(snap.asset_key.to_user_string(), e.parent_asset_key.to_user_string()): e.partition_mapping
+             for snap in asset_node_snaps_from_repo(definitions.defs.get_repository_def()) for e in snap.parent_edges}
+    for child, parent in [("training_run", "mix"), ("checkpoint_export", "training_run"),
+                          ("sweeps/results", "eval_scores"), ("automix", "eval_scores")]:
+        assert isinstance(edges[(child, parent)], AllPartitionMapping), (child, parent, edges[(child, parent)])

@@ -7,7 +7,7 @@ written with the project's own writers (the `run_rows` fixture of tests/conftest
 assets only read those tables.
 
 - `sweeps/results` partition `smoke_lr` (a 3-cell learning-rate grid, two cells evaluated): the
-  ranking names the best run first, the plot is an inline PNG, the counts and the best run are
+  ranking (a table) names the best run first, the plot is an inline PNG, the counts and the best run are
   right, and `sweeps.results` holds one row per (cell, metric);
 - `automix` on 8 Dirichlet proxies whose loss is a known quadratic of the weights: it registers
   `mix/<name>@v1` with weights summing to 1, whose lineage row reaches every proxy's checkpoint and
@@ -110,11 +110,12 @@ def test_sweep_results_ranks_plots_and_writes_the_partitions_sweep(lake, tmp_pat
                          instance=DagsterInstance.ephemeral())
     assert result.success
     meta = metadata(result, ["sweeps", "results"])
-    lines = meta["ranking"].splitlines()
-    assert lines[0].startswith("| rank | run | params | bpb/all |")
-    assert lines[2].startswith(f"| 1 | {c1} | optimizer.lr=0.002 | 2.1000 | 2.5000 | evaluated")
-    assert lines[3].startswith(f"| 2 | {c0} | optimizer.lr=0.001 | 2.5000 | 3.0000 | evaluated")
-    assert lines[4].startswith(f"| 3 | {c2} | optimizer.lr=0.003 | — | — | pending")
+    ranking = meta["ranking"]  # a table: the UI shows it inline whatever the number of cells
+    assert [c.name for c in ranking.schema.columns] == ["rank", "run", "params", "bpb/all", "train loss", "status"]
+    assert [list(r.data.values()) for r in ranking.records] == [
+        ["1", c1, "optimizer.lr=0.002", "2.1000", "2.5000", "evaluated"],
+        ["2", c0, "optimizer.lr=0.001", "2.5000", "3.0000", "evaluated"],
+        ["—", c2, "optimizer.lr=0.003", "—", "—", "pending"]]  # unscored: unranked
     assert (meta["best_run"], meta["best_value"], meta["metric"]) == (c1, 2.1, "bpb/all")
     assert (meta["cells"], meta["cells_evaluated"], meta["cells_trained"], meta["cells_pending"]) == (3, 2, 0, 1)
 
@@ -155,9 +156,12 @@ def test_automix_registers_a_mix_version_whose_lineage_reaches_every_proxy(build
     assert meta["mix_version"] == "mix/automix_test@v1"
     assert meta["proxies"] == 8
     assert list(meta["weights"]) == list(tables)
-    assert math.isclose(sum(meta["weights"].values()), 1.0, abs_tol=1e-9)
+    assert math.isclose(sum(meta["weights"].values()), 1.0, abs_tol=1e-9)  # 4 decimals: shown unrounded
     assert all(w > 0 for w in meta["weights"].values())
     assert "8 proxies" in meta["proposal"]
+    assert "predicted_loss" in meta["raw_values"]  # a regression's prediction has more than 4 digits
+    for key in ("predicted_loss", "uniform_predicted_loss", "loo_rmse"):  # shown rounded, kept exact
+        assert meta[key] == float(f"{meta['raw_values'].get(key, meta[key]):.4g}")
     proposed = np.array([meta["weights"][t] for t in tables])
     assert true_loss(proposed) < true_loss(np.full(len(tables), 1 / len(tables))), meta["weights"]
 
