@@ -1,22 +1,36 @@
 """Experiments as code, queued by themselves: the experiment sensor and one schedule per sweep.
 
 `experiment_sensor` reads `configs/experiments/` every tick (fresh: an edit is seen at the next
-tick) and requests a `train_job` run for every experiment whose identity hash it has not queued
-before: partition = run name `<name>-<hash8>` (added in the same tick), `run_key` = the hash,
-the experiment as JSON in the run config, its card written beside the run. An unchanged
-experiment is never queued again; an edited one is a new run. An experiment that cannot be
-planned (broken file, missing mix) is logged with its file and reason and retried next tick.
+tick) and requests a `train_job` run for every experiment it has not decided before (its cursor
+holds the identity hashes decided) whose run is not already done or under way, however it was
+launched: partition = run name `<name>-<hash8>` (added in the same tick), `run_key` = the hash,
+the experiment as JSON in the run config, its card written beside the run.
+
+The rule, in order (the first that holds decides, and the hash joins the cursor):
+1. the run name's `training_run` partition has a Dagster run that is queued, running or
+   succeeded (a `dagster/partition` tag query: the sensor, `factory experiment submit`, `make
+   demo`'s `dagster asset materialize`, the UI's Materialize all count) -> skipped, "in Dagster";
+2. `train.checkpoints` holds the run's final step (trained without Dagster, e.g. `python -m
+   factory.train`, or in an instance since wiped) -> skipped, "trained";
+3. otherwise it is queued. An experiment whose runs all failed or were canceled is queued again
+   when the sensor first sees it; once the sensor has queued it, it is not retried (relaunch the
+   failed run in the UI).
+An unchanged experiment is never queued again; an edited one is a new run. An experiment that
+cannot be planned (broken file, missing mix) is logged with its file and reason and retried
+next tick. Every tick that decides something logs what it queued and what it skipped as done.
 
 `sweep_schedule(sweep)` launches every cell of a sweep on its cron (stopped by default; start it
 in the UI, or evaluate it there once to launch by hand). Cells carry `factory/sweep` tags and the
 lowest priority. A schedule's run keys only dedupe within one tick, so it skips cells that already
-have a queued, running or successful run (same config hash): each tick queues only new or changed
-cells, and a failed cell is retried.
+have a queued, running or successful run (same run name, so the same identity): each tick queues
+only new or changed cells, and a failed cell is retried.
 """
 
 import json
 
 from dagster import (
+    AssetKey,
+    DagsterRunStatus,
     DefaultScheduleStatus,
     DefaultSensorStatus,
     RunRequest,
@@ -31,7 +45,7 @@ from dagster import (
 )
 
 from assets.train import training_runs
-from factory.experiments.queue import RERUNNABLE, experiment_runs, sweep_runs
+from factory.experiments.queue import RERUNNABLE, pending_experiments, sweep_runs
 from factory.experiments.registry import get_sweep
 from factory.experiments.sweep import SweepConfig
 from jobs import train_job
@@ -46,26 +60,51 @@ def _request(r) -> RunRequest:
 
 
 @sensor(job=train_job, minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING,
-        description="Queue a training run for every new or changed experiment in configs/experiments.")
+        description="Queue a training run for each experiment in configs/experiments (new or edited) whose run is "
+                    "not already trained (final step in train.checkpoints) or queued, running or succeeded in "
+                    "Dagster, however it was launched. Each experiment is decided once.")
 def experiment_sensor(context: SensorEvaluationContext, lake: LakeResource, experiments: ExperimentsResource):
-    queued = set(json.loads(context.cursor or "[]"))
-    runs, errors = experiment_runs(lake.lake(), experiments.experiments_path(), skip=queued)
-    for error in errors:
+    decided = set(json.loads(context.cursor or "[]"))
+    pending = pending_experiments(lake.lake(), experiments.experiments_path(), skip=decided,
+                                  known=lambda runs: _in_dagster(context.instance, runs))
+    for error in pending.errors:
         context.log.warning(error)
-    if not runs:
-        return SkipReason("no new or changed experiments" + (f"; {len(errors)} cannot be queued" if errors else ""))
-    context.log.info(f"queueing {', '.join(r.run for r in runs)}")
+    if pending.done:
+        context.log.info(f"skipped {len(pending.done)} already done: "
+                         + "; ".join(f"{run} ({why})" for run, why in sorted(pending.done.items())))
+    cursor = json.dumps(sorted(decided | pending.seen))
+    if not pending.runs:
+        if pending.seen:  # the done ones are decided: not looked up again
+            context.update_cursor(cursor)
+        done = f"; {len(pending.done)} already done: {', '.join(sorted(pending.done))}" if pending.done else ""
+        return SkipReason("no new or changed experiments to train" + done
+                          + (f"; {len(pending.errors)} cannot be queued" if pending.errors else ""))
+    context.log.info(f"queueing {len(pending.runs)}: {', '.join(r.run for r in pending.runs)}")
     return SensorResult(
-        run_requests=[_request(r) for r in runs],
-        dynamic_partitions_requests=[training_runs.build_add_request([r.run for r in runs])],
-        cursor=json.dumps(sorted(queued | {r.config_hash for r in runs})),
+        run_requests=[_request(r) for r in pending.runs],
+        dynamic_partitions_requests=[training_runs.build_add_request([r.run for r in pending.runs])],
+        cursor=cursor,
     )
 
 
-def _live_hashes(instance, hashes: list[str]) -> set[str]:
-    """The config hashes among `hashes` that have a queued, running or successful run (one query)."""
-    runs = instance.get_runs(RunsFilter(tags={"factory/config_hash": hashes}))
-    return {r.tags["factory/config_hash"] for r in runs if r.status.value not in RERUNNABLE}
+TRAINING_RUN = AssetKey("training_run")
+
+
+def _dagster_runs(instance, runs: list[str]) -> dict[str, object]:
+    """run name -> the newest Dagster run of its `training_run` partition that is queued, running
+    or succeeded (one query on the partition tag, whichever job or command launched it)."""
+    if not runs:
+        return {}
+    blocking = [s for s in DagsterRunStatus if s.value not in RERUNNABLE]
+    found = {}
+    for r in instance.get_runs(RunsFilter(tags={"dagster/partition": runs}, statuses=blocking)):  # newest first
+        if r.job_name == train_job.name or TRAINING_RUN in (r.asset_selection or ()):
+            found.setdefault(r.tags["dagster/partition"], r)
+    return found
+
+
+def _in_dagster(instance, runs: list[str]) -> dict[str, str]:
+    return {run: f"in Dagster: run {r.run_id[:8]} {r.status.value}" for run, r in _dagster_runs(instance, runs).items()}
 
 
 def sweep_schedule(sweep: SweepConfig, cron: str | None = None) -> ScheduleDefinition:
@@ -82,8 +121,8 @@ def sweep_schedule(sweep: SweepConfig, cron: str | None = None) -> ScheduleDefin
             current = sweep  # defined in code, not in a file
         # a schedule's run keys only dedupe within one tick: skip cells that already have a live run
         cells = sweep_runs(lake.lake(), current)
-        live = _live_hashes(context.instance, [r.config_hash for r in cells])
-        runs = [r for r in cells if r.config_hash not in live]
+        live = _dagster_runs(context.instance, [r.run for r in cells])
+        runs = [r for r in cells if r.run not in live]
         if not runs:
             return SkipReason(f"every cell of {name} already has a run (unchanged cells are not rerun)")
         context.instance.add_dynamic_partitions(training_runs.name, [r.run for r in runs])

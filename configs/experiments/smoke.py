@@ -2,6 +2,10 @@
 
 Queue them with `factory experiment submit smoke` (or let the experiment sensor notice this
 file); run one without Dagster with `python -m factory.train --experiment smoke`.
+
+Only the final checkpoint is evaluated (`eval_every` = `steps`): `make demo` trains and scores
+smoke itself, so opening the UI afterwards leaves nothing of it for the sensors to do; the
+checkpoints at 40 and 80 stay evaluable by hand (`factory eval smoke@40`).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ def smoke() -> ExperimentConfig:
         optimizer=OptimizerConfig(lr=3e-3, weight_decay=0.1),
         schedule=ScheduleConfig(kind="cosine", warmup_steps=10),
         checkpoint=CheckpointConfig(every=40, keep_last=3),
-        eval_every=40,
+        eval_every=120,
     )
 
 

@@ -16,18 +16,24 @@ differs from the full difference: a checkpoint id appended a second time (a run 
 scratch under the same name) is reported again; its run key is the checkpoint id, so Dagster
 still starts no second eval. Asking the cursor's snapshot about the new ids would plan a scan
 over every manifest, one per commit — 90% of a tick after 256 commits, minutes after 100k.
+
+A due checkpoint that already has scores is not evaluated again, whoever scored it (`make demo`'s
+`dagster asset materialize`, `factory eval`, an instance since wiped): `scored` asks
+`evals.results` about the due ids only, so a tick with nothing due never opens that table, and a
+first tick (no cursor: every checkpoint of the lake is new) skips what the demo already scored.
 """
 
 from __future__ import annotations
 
 import json
 
-from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.expressions import AlwaysTrue, In
 from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.manifest import ManifestContent, ManifestEntryStatus
 from pyiceberg.table import FileScanTask, Table
 from pyiceberg.table.snapshots import Operation
 
+from factory.evals.results import RESULTS_TABLE
 from factory.lake import Lake
 from factory.train.checkpoint import CHECKPOINTS_TABLE
 
@@ -47,6 +53,15 @@ def due_checkpoints(lake: Lake, cursor: str | None) -> tuple[list[dict], str | N
     due = [r for r in new if r["eval_every"] > 0 and r["step"] % r["eval_every"] == 0]
     due.sort(key=lambda r: (r["run"], r["step"], r["checkpoint_id"]))
     return due, json.dumps({"snapshot_id": current.snapshot_id})
+
+
+def scored(lake: Lake, checkpoint_ids: list[str]) -> set[str]:
+    """The ids among `checkpoint_ids` that have rows in `evals.results` (any suite)."""
+    if not checkpoint_ids or not lake.has_table(RESULTS_TABLE):
+        return set()
+    scan = lake.table(RESULTS_TABLE).scan(row_filter=In("checkpoint_id", checkpoint_ids),
+                                          selected_fields=("checkpoint_id",))
+    return set(scan.to_arrow().column("checkpoint_id").to_pylist())
 
 
 def _new_rows(table: Table, seen: int | None, current: int) -> list[dict]:

@@ -8,9 +8,10 @@ picks them up). Either way this module speaks plain GraphQL over JSON, so the co
 imports Dagster.
 
 One launch is two documents, whatever the number of runs: a query for the runs that already
-carry each config hash (an unchanged experiment is never rerun; a failed or canceled one may
-be), then one mutation that adds every run's `training_run` partition and launches every run,
-each under an alias. That is what makes a sweep queue in about a second.
+exist of each run's `training_run` partition (its `dagster/partition` tag, whoever launched it:
+an unchanged experiment is never rerun; a failed or canceled one may be), then one mutation
+that adds every run's `training_run` partition and launches every run, each under an alias.
+That is what makes a sweep queue in about a second.
 """
 
 from __future__ import annotations
@@ -88,17 +89,17 @@ class GraphQL:
             return json.loads(answer.read_text())
 
 
-def existing_runs(gql: GraphQL, hashes: list[str]) -> dict[str, list[dict]]:
-    """config hash -> runs that carry it ({runId, status}), newest first."""
-    if not hashes:
+def existing_runs(gql: GraphQL, runs: list[str]) -> dict[str, list[dict]]:
+    """run name -> Dagster runs of its `training_run` partition ({runId, status}), newest first."""
+    if not runs:
         return {}
     fields = "\n".join(
-        f'h{i}: runsOrError(filter: {{tags: [{{key: "factory/config_hash", value: {json.dumps(h)}}}]}}) '
+        f'h{i}: runsOrError(filter: {{tags: [{{key: "dagster/partition", value: {json.dumps(h)}}}]}}) '
         f'{{ ... on Runs {{ results {{ runId status }} }} ... on PythonError {{ message }} }}'
-        for i, h in enumerate(hashes))
+        for i, h in enumerate(runs))
     data = gql(f"query {{ {fields} }}")
     out = {}
-    for i, h in enumerate(hashes):
+    for i, h in enumerate(runs):
         answer = data[f"h{i}"]
         if "message" in answer:
             raise LaunchError(f"Dagster could not list runs: {answer['message']}")
@@ -108,11 +109,11 @@ def existing_runs(gql: GraphQL, hashes: list[str]) -> dict[str, list[dict]]:
 
 def submit(runs: list[QueuedRun], gql: GraphQL, *, skip_existing: bool = True) -> list[Submitted]:
     """Queue `runs` (see the module docstring); results in input order."""
-    seen = existing_runs(gql, sorted({r.config_hash for r in runs})) if skip_existing else {}
+    seen = existing_runs(gql, sorted({r.run for r in runs})) if skip_existing else {}
     results: dict[int, Submitted] = {}
     todo = []
     for i, r in enumerate(runs):
-        live = [x for x in seen.get(r.config_hash, []) if x["status"] not in RERUNNABLE]
+        live = [x for x in seen.get(r.run, []) if x["status"] not in RERUNNABLE]
         if live:
             results[i] = Submitted(r.run, None, live[0]["status"], live[0]["runId"])
         else:

@@ -3,8 +3,22 @@
 The experiment sensor, the sweep schedules and `factory experiment submit` / `factory sweep
 launch` all turn configs into the same `QueuedRun`: the run name (`<name>-<hash8>`, also the
 `training_run` partition), the validated experiment as JSON in the run config (so the run trains
-exactly what was queued, even if the file changes again before it starts), the tags the run
-queue acts on, and the run's Markdown card written beside its future checkpoints.
+exactly what was queued, even if the file changes again before it starts) beside where it was
+queued from (`source`), the tags the run queue acts on, and the run's Markdown card written
+beside its future checkpoints.
+
+Tags are few because the UI's runs list shows every one on every row: `factory/kind` (what the
+instance's concurrency limits count), `dagster/priority` (Dagster hides its own `dagster/` tags in
+the list) and, for a sweep cell, `factory/sweep`. The run name is the `dagster/partition` tag, so
+"has this run been queued, run or finished?" is a query on that tag, whoever launched the run
+(the sensor, `factory experiment submit`, `dagster asset materialize`, the UI). The identity hash
+is in the run name (first 8 characters), the run config's experiment and the card; a cell's
+values are in its experiment.
+
+`pending_experiments` is the experiment sensor's rule, without Dagster: an experiment whose run
+is finished (its final step is in `train.checkpoints`, however it was trained) or that Dagster
+already knows (the caller's `known` answers for the instance) is not queued, and its card is not
+rewritten.
 
 Every run is planned against the lake before it is queued: a missing mix or a model shorter than
 the mix's sequences is an error here, naming the experiment, never a run that fails later.
@@ -17,14 +31,18 @@ the instance's tag concurrency limits count (one `training` run at a time locall
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
+from pyiceberg.expressions import In
 
 from factory.experiments.card import render_card, write_card
 from factory.experiments.registry import discover_experiments, discover_sweeps
 from factory.experiments.spec import ExperimentConfig, ExperimentError, plan_experiment
 from factory.experiments.sweep import SweepConfig, check_token_budget, expand, run_name
+from factory.home import run_dir
 
 PRIORITY = {"eval": 10, "training": 0, "sweep": -10}
 RERUNNABLE = {"FAILURE", "CANCELED"}  # a config whose runs all ended so may be queued again; any other status blocks it
@@ -41,25 +59,31 @@ class QueuedRun(BaseModel):
     card: str
     card_path: str
     tokens: int
+    steps: int
+    source: str
 
     @property
     def run_config(self) -> dict:
-        return {"ops": {"training_run": {"config": {"experiment_json": self.experiment.model_dump_json()}}}}
+        return {"ops": {"training_run": {"config": {"experiment_json": self.experiment.model_dump_json(),
+                                                    "source": self.source}}}}
+
+    def save_card(self, lake) -> None:
+        write_card(lake.home, self.run, self.card)
 
 
 def queued_run(lake, experiment: ExperimentConfig, *, source: str, kind: str = "training",
-               tags: dict[str, str] | None = None) -> QueuedRun:
-    """Plan `experiment` (errors name it), write its card and build its request."""
+               tags: dict[str, str] | None = None, write: bool = True) -> QueuedRun:
+    """Plan `experiment` (errors name it), write its card (unless not `write`) and build its request."""
     plan = plan_experiment(lake, experiment)
     run = run_name(experiment)
     card = render_card(plan)
-    path = write_card(lake.home, run, card)
-    return QueuedRun(run=run, experiment=experiment, config_hash=plan.config_hash, card=card, card_path=str(path),
-                      tokens=plan.tokens, tags={
-        "factory/kind": "training", "factory/experiment": experiment.name, "factory/run": run,
-        "factory/config_hash": plan.config_hash, "factory/source": source, "factory/card": str(path),
-        "dagster/priority": str(PRIORITY[kind]), **(tags or {}),
-    })
+    queued = QueuedRun(run=run, experiment=experiment, config_hash=plan.config_hash, card=card,
+                       card_path=str(run_dir(lake.home, run) / "card.md"), tokens=plan.tokens,
+                       steps=plan.steps, source=source,
+                       tags={"factory/kind": "training", "dagster/priority": str(PRIORITY[kind]), **(tags or {})})
+    if write:
+        queued.save_card(lake)
+    return queued
 
 
 def experiment_runs(lake, directory: Path | None = None, names: list[str] | None = None,
@@ -80,6 +104,60 @@ def experiment_runs(lake, directory: Path | None = None, names: list[str] | None
         except ExperimentError as e:
             errors.append(f"{f.source}: {e}")
     return runs, errors
+
+
+@dataclass
+class Pending:
+    """One look at the experiment files: what to queue, and what is already done or known."""
+
+    runs: list[QueuedRun] = field(default_factory=list)  # to queue; their cards are written
+    done: dict[str, str] = field(default_factory=dict)  # run name -> why it is not queued
+    seen: set[str] = field(default_factory=set)  # identity hashes decided (queued or done)
+    errors: list[str] = field(default_factory=list)
+
+
+def pending_experiments(lake, directory: Path | None, skip: set[str],
+                        known: Callable[[list[str]], dict[str, str]] = lambda runs: {}) -> Pending:
+    """The experiments of `directory` to queue now: not in `skip` (identity hashes already
+    decided), not `known` (run name -> reason, e.g. Dagster has a queued, running or successful
+    run of that partition), and not finished in the lake (`finished_runs`). Only the new ones are
+    planned; a known one is not even planned, a finished one is planned but its card is kept."""
+    found = discover_experiments(directory)
+    out = Pending(errors=list(found.errors))
+    fresh = {run_name(f.config): f for _, f in sorted(found.found.items()) if f.config.identity_hash() not in skip}
+    out.done = known(list(fresh))
+    planned = []
+    for run, f in fresh.items():
+        if run in out.done:
+            out.seen.add(f.config.identity_hash())
+            continue
+        try:
+            planned.append(queued_run(lake, f.config, source=f"configs/experiments/{f.source}", write=False))
+        except ExperimentError as e:
+            out.errors.append(f"{f.source}: {e}")
+    finished = finished_runs(lake, {r.run: r.steps for r in planned})
+    out.done |= finished
+    for r in planned:
+        out.seen.add(r.config_hash)
+        if r.run not in finished:
+            r.save_card(lake)
+            out.runs.append(r)
+    return out
+
+
+def finished_runs(lake, steps: dict[str, int]) -> dict[str, str]:
+    """run -> "trained to step N" for the runs of `steps` (run -> planned steps) whose final
+    checkpoint is in `train.checkpoints` (one scan, filtered on those runs)."""
+    from factory.train.checkpoint import CHECKPOINTS_TABLE  # torch: only when there is something to check
+
+    if not steps or not lake.has_table(CHECKPOINTS_TABLE):
+        return {}
+    rows = lake.table(CHECKPOINTS_TABLE).scan(row_filter=In("run", list(steps)), selected_fields=("run", "step"))
+    last: dict[str, int] = {}
+    for row in rows.to_arrow().to_pylist():
+        last[row["run"]] = max(last.get(row["run"], 0), row["step"])
+    return {run: f"trained: train.checkpoints has its final step {last[run]}"
+            for run, n in steps.items() if last.get(run, -1) >= n}
 
 
 def resolve_run(run: str, experiments_dir: Path | None = None, sweeps_dir: Path | None = None) -> ExperimentConfig:
@@ -103,8 +181,8 @@ def sweep_runs(lake, sweep: SweepConfig) -> list[QueuedRun]:
     """One request per cell, tagged with the sweep and the cell's values; the whole sweep is
     refused when any cell cannot be planned or the cells exceed the budget."""
     cells = expand(sweep)
-    runs = [queued_run(lake, c.experiment, source=f"configs/sweeps: {sweep.name}", kind="sweep",
-                       tags={"factory/sweep": sweep.name, "factory/cell": str(c.index),
-                             "factory/params": json.dumps(c.params, sort_keys=True)[:4000]}) for c in cells]
+    runs = [queued_run(lake, c.experiment, source=f"configs/sweeps/{sweep.name} cell {c.index}: "
+                       + json.dumps(c.params, sort_keys=True), kind="sweep", tags={"factory/sweep": sweep.name})
+            for c in cells]
     check_token_budget(sweep, [r.tokens for r in runs])
     return runs

@@ -1,7 +1,10 @@
 """`experiment_sensor` with a built context over a real lake and a temporary experiments
 directory: adding a file queues its run within one tick; another tick queues nothing; changing
 one field queues a new run (new run name, run key = the new hash); a broken file is reported
-without hiding the others; an unplannable experiment is not queued. CPU, no servers."""
+without hiding the others; an unplannable experiment is not queued; an experiment whose run is
+already done or under way however it was launched (a `dagster asset materialize` run, a queued
+run, the final step in `train.checkpoints`) is skipped as done, named in the log and the skip
+reason, and not looked at again; requests carry only the tags the run queue needs. CPU, no servers."""
 
 import json
 
@@ -47,10 +50,10 @@ def test_new_file_queues_once_and_an_edit_queues_a_new_run(tmp_path, build_train
     expected = smoke().derive(name="probe", steps=4, optimizer={"lr": 1e-3, "weight_decay": 0.1})
     assert request.partition_key == run_name(expected) and request.run_key == expected.identity_hash()
     assert json.loads(request.run_config["ops"]["training_run"]["config"]["experiment_json"])["optimizer"]["lr"] == 1e-3
-    assert request.tags["factory/kind"] == "training" and request.tags["dagster/priority"] == "0"
-    assert request.tags["factory/source"].endswith("probe.py:probe")
+    assert request.tags == {"factory/kind": "training", "dagster/priority": "0"}  # few: the runs list shows each
+    assert request.run_config["ops"]["training_run"]["config"]["source"] == "configs/experiments/probe.py:probe"
     card = (home / "artifacts" / "runs" / request.partition_key / "card.md").read_text()
-    assert request.tags["factory/card"].endswith("card.md") and "# Experiment `probe`" in card and "4 steps" in card
+    assert "# Experiment `probe`" in card and "4 steps" in card
     (added,) = result.dynamic_partitions_requests
     assert added.partitions_def_name == "training_runs" and list(added.partition_keys) == [request.partition_key]
 
@@ -115,8 +118,10 @@ def test_sweep_schedule_requests_every_cell_with_sweep_tags(tmp_path, build_trai
     runs = [c.run for c in expand(sweep)]
     assert [r.partition_key for r in requests] == runs and [r.run_key for r in requests] == [
         c.experiment.identity_hash() for c in expand(sweep)]
-    assert {r.tags["factory/sweep"] for r in requests} == {"tiny"} and {r.tags["dagster/priority"] for r in requests} == {"-10"}
-    assert [r.tags["factory/cell"] for r in requests] == ["0", "1"]
+    ours = [{k: v for k, v in r.tags.items() if k == "dagster/priority" or not k.startswith("dagster/")} for r in requests]
+    assert ours == [{"factory/kind": "training", "dagster/priority": "-10", "factory/sweep": "tiny"}] * 2
+    assert [r.run_config["ops"]["training_run"]["config"]["source"] for r in requests] == [
+        'configs/sweeps/tiny cell 0: {"optimizer.lr": 0.001}', 'configs/sweeps/tiny cell 1: {"optimizer.lr": 0.002}']
     assert set(instance.get_dynamic_partitions("training_runs")) == set(runs)
 
     # a schedule's run keys only dedupe within one tick: the next tick skips cells with a live run
@@ -124,10 +129,67 @@ def test_sweep_schedule_requests_every_cell_with_sweep_tags(tmp_path, build_trai
     from dagster._core.test_utils import create_run_for_test
 
     first, second = requests
-    create_run_for_test(instance, job_name="train_job", tags=first.tags, status=DagsterRunStatus.SUCCESS)
-    create_run_for_test(instance, job_name="train_job", tags=second.tags, status=DagsterRunStatus.FAILURE)
+    create_run_for_test(instance, job_name="train_job", tags=first.tags,
+                        status=DagsterRunStatus.SUCCESS)
+    create_run_for_test(instance, job_name="train_job", tags=second.tags,
+                        status=DagsterRunStatus.FAILURE)
     retry = list(schedule.evaluate_tick(context).run_requests)
     assert [r.partition_key for r in retry] == [runs[1]], "only the failed cell is queued again"
-    create_run_for_test(instance, job_name="train_job", tags=second.tags, status=DagsterRunStatus.STARTED)
+    create_run_for_test(instance, job_name="train_job", tags=second.tags,
+                        status=DagsterRunStatus.STARTED)
     done = schedule.evaluate_tick(context)
     assert not done.run_requests and "already has a run" in done.skip_message
+
+
+def _probe(lr: float):
+    from configs.experiments.smoke import smoke
+
+    return smoke().derive(name="probe", steps=4, optimizer={"lr": lr, "weight_decay": 0.1})
+
+
+def test_runs_done_or_under_way_however_launched_are_not_queued(tmp_path, build_training_lake, run_rows, capfd):
+    """Three experiments in one directory, as after `make demo`: `probe`'s partition was materialized
+    by `dagster asset materialize` (a SUCCESS run of Dagster's implicit asset job, no sensor tags),
+    `probe2` has a queued run (from `factory experiment submit`), `probe3` was trained without
+    Dagster (its final step is in train.checkpoints). Only `probe4`, trained halfway outside
+    Dagster, is queued (it resumes); the others are skipped as done and never looked at again."""
+    from dagster import AssetKey, DagsterRunStatus
+    from dagster._core.test_utils import create_run_for_test
+
+    from factory.lake import Lake
+
+    home, directory = tmp_path / "home", tmp_path / "experiments"
+    build_training_lake(home)
+    directory.mkdir()
+    for name in ("probe", "probe2", "probe3", "probe4"):
+        (directory / f"{name}.py").write_text(EXPERIMENT.replace("LR", "1e-3").replace('name="probe"', f'name="{name}"')
+                                              .replace("def probe", f"def {name}"))
+    runs = {n: run_name(_probe(1e-3).derive(name=n)) for n in ("probe", "probe2", "probe3", "probe4")}
+    (tmp_path / "dagster").mkdir()
+    instance = DagsterInstance.local_temp(str(tmp_path / "dagster"))  # QUEUED runs need a persistent one
+    create_run_for_test(instance, job_name="__ASSET_JOB", status=DagsterRunStatus.SUCCESS,
+                        tags={"dagster/partition": runs["probe"]},
+                        asset_selection=frozenset({AssetKey("training_run")}))
+    create_run_for_test(instance, job_name="train_job", status=DagsterRunStatus.STARTED,
+                        tags={"dagster/partition": runs["probe2"]})
+    lake = Lake.open(home=home)
+    for step in (2, 4):
+        run_rows.checkpoint(lake, runs["probe3"], step, loss=1.0)
+    run_rows.checkpoint(lake, runs["probe4"], 2, loss=1.0)
+    # a run of another asset with the same partition key counts for nothing
+    create_run_for_test(instance, job_name="mix_job", status=DagsterRunStatus.SUCCESS,
+                        tags={"dagster/partition": runs["probe4"]})
+
+    result = tick(home, directory, instance, None)
+    assert [r.partition_key for r in result.run_requests] == [runs["probe4"]]
+    assert sorted(json.loads(result.cursor)) == sorted(_probe(1e-3).derive(name=n).identity_hash() for n in runs)
+    logged = capfd.readouterr().err
+    assert f"skipped 3 already done: {runs['probe']} (in Dagster: run " in logged and " SUCCESS)" in logged
+    assert f"{runs['probe2']} (in Dagster: run " in logged and " STARTED)" in logged
+    assert f"{runs['probe3']} (trained: train.checkpoints has its final step 4)" in logged
+    assert f"queueing 1: {runs['probe4']}" in logged
+    for n in ("probe", "probe2", "probe3"):  # a done run's card is not rewritten (its mix version may differ now)
+        assert not (home / "artifacts" / "runs" / runs[n] / "card.md").exists()
+
+    again = tick(home, directory, instance, result.cursor)
+    assert isinstance(again, SkipReason) and again.skip_message == "no new or changed experiments to train"

@@ -88,3 +88,17 @@ def test_start_postgres_refuses_a_data_dir_the_postgres_user_cannot_enter(tmp_pa
                                           r"enter /tmp/pytest-of-root \(mode 0700, owner uid 0\); put the data"):
         start_postgres(tmp_path / "pg", port=free_port(), password="x", log_path=tmp_path / "pg.log")
     assert not (tmp_path / "pg").exists()
+
+
+def test_every_profile_runs_one_training_and_one_eval_at_a_time(tmp_path):
+    """The run queue's limits come from configs/dagster.yaml whatever the profile's storage: evals
+    (each a vLLM engine) one at a time, as training is (issue 16: two evals side by side)."""
+    from factory.deploy.profiles import load_profile, profile_names
+
+    assert {"embedded", "loopback", "loopback_postgres"} <= set(profile_names())
+    for name in profile_names():
+        path = write_instance_yaml(load_profile(name), tmp_path / name)
+        config, _ = dagster_instance_config(str(path.parent))  # Dagster's own schema reads it
+        limits = config["run_coordinator"]["config"]["tag_concurrency_limits"]
+        assert {(x["key"], x["value"], x["limit"]) for x in limits} >= {("factory/kind", "training", 1),
+                                                                        ("factory/kind", "eval", 1)}, name

@@ -58,4 +58,4 @@ def test_evals_run_by_themselves_for_every_nth_checkpoint(training_home, dagster
     metrics = {(r["eval_id"], r["task"], r["metric"]) for r in results(lake, run)}
     assert (f"eval/{run}@8/quick", "humaneval", "pass@1") in metrics
     assert (f"eval/{run}@4/quick", "bpb", "all") in metrics
-    assert instance.get_runs(RunsFilter(job_name="train_job"))[0].tags["factory/config_hash"] == queued.config_hash
+    assert instance.get_runs(RunsFilter(job_name="train_job"))[0].tags["dagster/partition"] == queued.run

@@ -68,12 +68,14 @@ def test_sweep_launch_queues_every_cell_in_under_10_seconds(lake_env, server, fr
     runs = instance.get_runs(RunsFilter(tags={"factory/sweep": "smoke_lr"}))
     assert len(runs) == 4 and {r.status for r in runs} == {DagsterRunStatus.QUEUED}
     assert {r.tags["dagster/priority"] for r in runs} == {"-10"} and {r.job_name for r in runs} == {"train_job"}
-    assert sorted(r.tags["factory/cell"] for r in runs) == ["0", "1", "2", "3"]
+    sources = sorted(r.run_config["ops"]["training_run"]["config"]["source"] for r in runs)
+    assert [s.split(":")[0] for s in sources] == [f"configs/sweeps/smoke_lr cell {i}" for i in range(4)]
     for r in runs:
-        experiment = json.loads(r.run_config["ops"]["training_run"]["config"]["experiment_json"])
-        assert r.tags["dagster/partition"] == r.tags["factory/run"] and r.tags["factory/run"].startswith("smoke_lr-")
-        assert experiment["optimizer"]["lr"] == json.loads(r.tags["factory/params"])["optimizer.lr"]
-    assert set(instance.get_dynamic_partitions("training_runs")) == {r.tags["factory/run"] for r in runs}
+        config = r.run_config["ops"]["training_run"]["config"]
+        experiment = json.loads(config["experiment_json"])
+        assert r.tags["dagster/partition"].startswith("smoke_lr-")
+        assert experiment["optimizer"]["lr"] == json.loads(config["source"].split(": ", 1)[1])["optimizer.lr"]
+    assert set(instance.get_dynamic_partitions("training_runs")) == {r.tags["dagster/partition"] for r in runs}
 
     again = subprocess.run([str(BIN / "factory"), "sweep", "launch", "smoke_lr", "--url", url], cwd=ROOT, env=lake_env,
                            capture_output=True, text=True, timeout=120)
@@ -127,7 +129,7 @@ def test_the_daemon_fires_a_scheduled_sweep_and_its_runs_complete(lake_env, serv
         runs = instance.get_runs(RunsFilter(tags={"factory/sweep": "tick"}))
         if len(runs) == 2 and all(r.status in (DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE) for r in runs):
             break
-        assert time.monotonic() < deadline, f"runs so far: {[(r.tags.get('factory/run'), r.status) for r in runs]}"
+        assert time.monotonic() < deadline, f"runs so far: {[(r.tags.get('dagster/partition'), r.status) for r in runs]}"
         time.sleep(5)
     assert {r.status for r in runs} == {DagsterRunStatus.SUCCESS}
     assert {r.tags["dagster/schedule_name"] for r in runs} == {"sweep_tick"}
@@ -136,7 +138,7 @@ def test_the_daemon_fires_a_scheduled_sweep_and_its_runs_complete(lake_env, serv
 
     lake = Lake.open(home=lake_env["FACTORY_HOME"])
     for r in runs:
-        assert [c["step"] for c in checkpoints(lake, r.tags["factory/run"])] == [2]
+        assert [c["step"] for c in checkpoints(lake, r.tags["dagster/partition"])] == [2]
     # one training at a time: the second run started after the first ended
     spans = sorted((instance.get_run_record_by_id(r.run_id).start_time, instance.get_run_record_by_id(r.run_id).end_time)
                    for r in runs)
@@ -153,13 +155,15 @@ def test_experiment_submit_without_a_server_queues_into_the_instance_once(lake_e
     assert first.returncode == 0, first.stderr
     assert "queued 1 run(s), 0 unchanged" in first.stdout, first.stdout
     instance = DagsterInstance.from_config(lake_env["DAGSTER_HOME"])
-    (run,) = instance.get_runs(RunsFilter(tags={"factory/experiment": "smoke"}))
     from configs.experiments.smoke import smoke
     from factory.experiments.sweep import run_name
 
-    assert run.status == DagsterRunStatus.QUEUED and run.tags["dagster/partition"] == run_name(smoke())
-    assert run.tags["factory/config_hash"] == smoke().identity_hash() and run.tags["dagster/priority"] == "0"
-    assert Path(run.tags["factory/card"]).read_text().startswith("# Experiment `smoke`")
+    (run,) = instance.get_runs(RunsFilter(tags={"dagster/partition": run_name(smoke())}))
+    assert run.status == DagsterRunStatus.QUEUED and run.tags["dagster/priority"] == "0"
+    config = run.run_config["ops"]["training_run"]["config"]
+    assert json.loads(config["experiment_json"])["name"] == "smoke" and config["source"].endswith("smoke.py:smoke")
+    assert (Path(lake_env["FACTORY_HOME"]) / "artifacts" / "runs" / run_name(smoke()) / "card.md").read_text() \
+        .startswith("# Experiment `smoke`")
     second = submit()
     assert "queued 0 run(s), 1 unchanged" in second.stdout, second.stdout
-    assert len(instance.get_runs(RunsFilter(tags={"factory/experiment": "smoke"}))) == 1
+    assert len(instance.get_runs(RunsFilter(tags={"dagster/partition": run_name(smoke())}))) == 1
