@@ -20,7 +20,7 @@ export FACTORY_DAGSTER_PG_PASSWORD ?= factory-loopback-secret
 
 .PHONY: setup system instance demo test ui mlflow doctor clean cluster-up cluster-down
 
-setup: system $(VENV)/.installed instance
+setup: system $(VENV)/.installed $(VENV)/compat/transformers4 instance
 
 system:
 	@if ! command -v java >/dev/null || ! command -v bwrap >/dev/null || ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
@@ -37,6 +37,12 @@ $(VENV)/.installed: pyproject.toml $(wildcard wheels/*.whl)
 	$(BIN)/pip install -q --find-links wheels -e ".[$(EXTRA)]"
 	@touch $@
 
+# transformers 4.x beside the venv's 5.x, for the test that loads an export as 4.x users do
+# (its directory first on PYTHONPATH); a separate target so an existing venv gets it too
+$(VENV)/compat/transformers4: $(VENV)/.installed
+	$(BIN)/pip install -q --no-deps --upgrade --target $@ "transformers==4.57.6" "tokenizers==0.22.2" "huggingface-hub==0.36.2"
+	@touch $@
+
 # The Dagster instance of the deployment profile (FACTORY_DEPLOY, default embedded): the run queue
 # of configs/dagster.yaml plus the profile's storage (sqlite, or Postgres with the password by env name).
 instance: $(VENV)/.installed
@@ -50,41 +56,23 @@ cluster-up: setup
 cluster-down:
 	$(BIN)/factory deploy down
 
-demo: setup
-	@# a bad profile (unknown engine, unreachable catalog, wrong credentials, no Spark master) stops here
-	$(BIN)/factory deploy check
-	@# the smoke experiment's run is smoke-<hash8>: add that training_run partition (no lake needed yet;
-	@# $$(shell) does not see exported variables before make 4.4, hence the explicit environment)
-	$(eval SMOKE := $(shell FACTORY_HOME=$(FACTORY_HOME) DAGSTER_HOME=$(DAGSTER_HOME) $(BIN)/factory experiment register smoke))
-	@test -n "$(SMOKE)" || { echo "factory experiment register smoke failed"; exit 1; }
-	$(BIN)/dagster job execute -m definitions -j demo_job -c configs/demo_run.yaml
-	$(BIN)/dagster asset materialize -m definitions --select mix --partition default
-	$(BIN)/dagster asset materialize -m definitions --select training_run --partition $(SMOKE)
-	@$(BIN)/factory tables
-	@$(BIN)/factory drops
-	@$(BIN)/factory mix show default
-	@$(BIN)/factory sql "select checkpoint_id, step, tokens, round(loss, 3) as loss, mix_version from train.checkpoints where run = '$(SMOKE)' order by step"
-	$(BIN)/dagster asset materialize -m definitions --select checkpoint_export,eval_scores --partition $(SMOKE)@120
-	@$(BIN)/factory evals --run $(SMOKE)
-	@$(BIN)/factory lineage eval/$(SMOKE)@120/default
-	$(BIN)/dagster asset materialize -m definitions --select synthetic/porting,synthetic/rephrase
-	@$(BIN)/factory sql "select source, count(*) as rows, sum(bytes) as bytes from synthetic.porting group by 1 union all select source, count(*), sum(bytes) from synthetic.rephrase group by 1"
-	@$(BIN)/factory sql "select stage, count(*) as rejected, min(reason) as example from synthetic.rephrase_rejected group by 1 order by 2 desc"
-	@$(BIN)/factory sql "select seed_id, agent_chain, export_id, template_hash from synthetic.rephrase limit 3"
-	$(BIN)/dagster asset materialize -m definitions --select mix --partition default_synthetic
-	@$(BIN)/factory mix show default_synthetic
-	@$(BIN)/factory experiment list
-	@$(BIN)/factory sweep list
-	@echo
-	@echo "Queue a sweep: $(BIN)/factory sweep launch smoke_lr   (runs under make ui; or here: $(BIN)/factory sweep run smoke_lr)"
-	@echo "Browse these runs, assets, metadata and lineage in the web UI: make ui  (http://127.0.0.1:3000)"
-	@echo "Query the lake: $(BIN)/factory sql \"select source, count(*) from raw.python_stdlib group by 1\""
+# The main job end to end as a report (factory/demo/runner.py): each phase with the factory's progress
+# and its time, then a summary read from the lake; the rest (Spark, vLLM, Dagster's own events and
+# warnings) goes to FACTORY_HOME/logs/demo-<time>.log. A bad profile stops it at the first phase.
+# Setup (apt, pip, the Dagster instance) runs first and is timed apart from the pipeline.
+demo:
+	@start=$$(date +%s); $(MAKE) --no-print-directory setup || exit 1; \
+	  $(BIN)/python -m factory.demo --setup-seconds $$(( $$(date +%s) - start ))
 
 test: setup
 	$(BIN)/python -m pytest -q -ra
 
+# The web UI with its daemon (sensors, schedules, the run queue). Ctrl-C stops it and everything it
+# started (code server, run workers, training and vLLM subprocesses, log tailers): factory.deploy.session.
+DAGSTER_PORT ?= 3000
 ui: setup
-	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+	@echo "== Dagster UI at http://127.0.0.1:$(DAGSTER_PORT) (Ctrl-C stops it and everything it started)"
+	@$(BIN)/python -m factory.deploy.session -- $(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p $(DAGSTER_PORT)
 
 # The tracker's UI over the embedded MLflow store (loss curves, params, the card artifacts of every
 # run); a profile with tracker.mlflow_tracking_uri has its own server to open instead.
