@@ -25,7 +25,11 @@ Every failure a user can cause (bad SQL, an unknown table or ref, a missing sour
 one message naming it, on stderr. The lake and data modules are imported inside the commands so
 that `factory doctor` still runs, and says why, when one of their dependencies is broken; the
 commands of each area live beside it (`factory/{lake,mix,evals,experiments}/commands.py`) and are
-imported only when they run.
+imported only when they run. That is also what keeps a read command under 2 s: this module imports
+rich's console and the settings only, and no read command imports torch, Spark, vLLM, transformers,
+MLflow or Dagster (tests/test_read_only.py checks; bench/cli_bench.py times them). Read commands
+(tables, sql, lineage, drops, mix list/show, evals, experiment/sweep list/show, sweep results,
+doctor) write nothing to the home; `sweep results --write` is the explicit way to commit.
 """
 
 from __future__ import annotations
@@ -36,17 +40,7 @@ import os
 import sys
 
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-)
-from rich.table import Table as RichTable
-from rich.text import Text
 
-from factory.home import factory_home
 from factory import settings
 
 NULL = "∅"
@@ -84,21 +78,22 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+# The errors a user can cause, by (module, class). Looked up in sys.modules, never imported: an
+# exception's class is loaded by definition, and importing them all here would pull torch into
+# every failing command (`factory.infer.export`).
+_USER_ERRORS = (
+    ("factory.data.sources", "SourceError"), ("factory.deploy", "DeployError"),
+    ("factory.experiments", "ExperimentError"), ("factory.experiments.automix", "AutomixError"),
+    ("factory.experiments.launcher", "LaunchError"), ("factory.infer.export", "ExportError"),
+    ("factory.lake", "LakeError"), ("factory.mix", "MixError"), ("factory.tokenize", "TokenizerError"),
+    ("factory.train.runs", "UnknownRun"),
+)
+
+
 def _user_error(exc: Exception) -> bool:
     """Errors a user can cause get one line on stderr; anything else is a bug and keeps its traceback."""
-    from factory.data.sources import SourceError
-    from factory.deploy import DeployError
-    from factory.experiments import ExperimentError
-    from factory.experiments.automix import AutomixError
-    from factory.experiments.launcher import LaunchError
-    from factory.infer.export import ExportError
-    from factory.lake import LakeError
-    from factory.mix import MixError
-    from factory.tokenize import TokenizerError
-    from factory.train.runs import UnknownRun
-
-    return isinstance(exc, (LakeError, SourceError, MixError, TokenizerError, ExportError, ExperimentError, LaunchError,
-                            AutomixError, DeployError, UnknownRun))
+    kinds = [getattr(sys.modules.get(module), name, None) for module, name in _USER_ERRORS]
+    return isinstance(exc, tuple(k for k in kinds if isinstance(k, type)))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -256,13 +251,17 @@ def _experiment_commands(commands, home) -> None:
     for action, text in (("show", "a sweep's cells and their run names"),
                          ("launch", "queue one tagged run per cell in Dagster"),
                          ("run", "train and evaluate every cell here, one after another (no Dagster)"),
-                         ("results", "write sweeps.results, rank the cells, plot them")):
+                         ("results", "rank the cells as the lake stands (read only; --write commits "
+                                     "sweeps.results and the plot)")):
         p = actions.add_parser(action, parents=[home] + ([url] if action == "launch" else []), help=text)
         p.add_argument("name")
         if action == "launch":
             p.add_argument("--force", action="store_true", help="queue cells that already have runs too")
         if action == "run":
             p.add_argument("--no-eval", action="store_true", help="train only")
+        if action == "results":
+            p.add_argument("--write", action="store_true",
+                           help="also commit sweeps.results and draw artifacts/sweeps/NAME/summary.png")
         p.set_defaults(run=_lazy(module, f"sweep_{action}"))
 
     automix = commands.add_parser("automix", parents=[home], help="RegMix: propose a mix from a proxy sweep")
@@ -297,6 +296,8 @@ def open_lake(args: argparse.Namespace):
 
 # -- drops ------------------------------------------------------------------------------------
 def cmd_drops(args: argparse.Namespace, out: Console) -> int:
+    from rich.table import Table as RichTable
+
     from configs.refine import pipelines
     from factory.data.refine.report import drop_table
 
@@ -329,6 +330,9 @@ def human_bytes(n: int) -> str:
 
 # -- ingest -----------------------------------------------------------------------------------
 def cmd_ingest(args: argparse.Namespace, out: Console) -> int:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.table import Table as RichTable
+
     from factory.data.ingest import ingest_source
 
     if args.sources_file:
@@ -371,9 +375,12 @@ def cmd_ingest(args: argparse.Namespace, out: Console) -> int:
 
 # -- doctor -----------------------------------------------------------------------------------
 def cmd_doctor(args: argparse.Namespace, out: Console) -> int:
-    from factory.doctor import run_checks
+    from rich.table import Table as RichTable
+    from rich.text import Text
 
     from factory.deploy import catalog_config
+    from factory.doctor import run_checks
+    from factory.home import factory_home
 
     checks = run_checks(factory_home(args.home), catalog_config(profile(args)))
     failed = sum(c.status == "fail" for c in checks)

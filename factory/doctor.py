@@ -54,6 +54,12 @@ class Check:
 
 
 def check_home(home: Path) -> Check:
+    """The home exists (or will), and was not moved or copied from elsewhere (`factory.lake.moved`)."""
+    from factory.lake.moved import moved_home
+
+    moved = moved_home(home)
+    if moved is not None:
+        return Check("FACTORY_HOME", "fail", moved.detail(), moved.fix())
     state = "exists" if home.is_dir() else "will be created on first use"
     return Check("FACTORY_HOME", "ok", f"{home} ({state})")
 
@@ -148,10 +154,12 @@ def check_lake(home: Path, config=None) -> list[Check]:
     has its lineage row. Each damage is a failed check naming the table and what to run."""
     try:
         from factory.lake import Lake
-        from factory.lake.catalog import warehouse_tables
+        from factory.lake.catalog import HomeMoved, warehouse_tables
 
         lake = Lake.open(config, home=home)
         tables = lake.tables()
+    except HomeMoved:
+        return [Check("lake catalog", "fail", "not opened: this home was moved or copied", "see the FACTORY_HOME check")]
     except Exception as exc:  # noqa: BLE001 - see check_duckdb_iceberg
         return [Check("lake catalog", "fail", f"{type(exc).__name__}: {exc}",
                       "see the message (and `factory deploy check` for a remote catalog)")]

@@ -1,4 +1,5 @@
-"""The `factory` command line: sql, lineage, tables, ingest and doctor, on a small lake in tmp_path.
+"""The `factory` command line: sql, lineage, tables, ingest, doctor and experiment register, on a
+small lake in tmp_path.
 
 The lake is built once per catalog from a tiny directory source (six files, ingested twice so
 the raw table has history), a derived `refined.tiny` snapshot and a tokenizer artifact row, so
@@ -312,3 +313,27 @@ def test_rich_output_into_a_closed_pipe_exits_zero(lake_home, tmp_path, monkeypa
     """rich's own broken-pipe handler exits 1; the CLI's console stops quietly with 0 instead."""
     monkeypatch.setattr(sys, "stdout", _ClosedPipe(tmp_path / "stdout"))
     assert cli.main(["--home", lake_home["home"], "lineage", "refined.tiny"]) == 0
+
+
+# -- experiment register ----------------------------------------------------------------------------
+def test_experiment_register_adds_partitions_to_the_instance_without_the_code_location(tmp_path):
+    """`make demo`'s first step: the runs' training_run partitions go straight into the instance in
+    DAGSTER_HOME (jobs/add_partitions.py, dagster alone), not through dagster-graphql, which loads
+    every asset module; a second call adds nothing and prints the same run names."""
+    from dagster import DagsterInstance
+
+    from factory.experiments.registry import get_experiment
+    from factory.experiments.sweep import run_name
+
+    dagster_home = tmp_path / "dagster"
+    dagster_home.mkdir()
+    (dagster_home / "dagster.yaml").write_text("")
+    env = {**os.environ, "FACTORY_HOME": str(tmp_path), "DAGSTER_HOME": str(dagster_home)}
+    expected = [run_name(get_experiment(n)) for n in ("smoke", "smoke_ddp")]
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-m", "factory.cli", "experiment", "register", "smoke", "smoke_ddp"],
+                              capture_output=True, text=True, env=env, timeout=300)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == expected
+    with DagsterInstance.from_config(str(dagster_home)) as instance:
+        assert sorted(instance.get_dynamic_partitions("training_runs")) == sorted(expected)

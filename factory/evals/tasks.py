@@ -85,10 +85,24 @@ def register(config_cls: type[TaskConfig]):
     return wrap
 
 
+BUILTIN = ("bpb", "completion", "humaneval")  # the modules of factory/evals that register tasks
+
+
+def builtin_tasks() -> dict:
+    """`TASKS` with the built-in tasks registered: their modules are imported on first lookup, not
+    with the package, because they bring the inference engine (torch) with them."""
+    import importlib
+
+    for module in BUILTIN:
+        importlib.import_module(f"factory.evals.{module}")
+    return TASKS
+
+
 def parse_task(raw: TaskConfig | dict) -> TaskConfig:
     """A task config from a dict (`{"task": "bpb", ...}`) or an instance; errors name the task."""
     if isinstance(raw, TaskConfig):
         return raw
+    builtin_tasks()
     key = raw.get("task")
     if key not in TASKS:
         raise ValueError(f"unknown eval task {key!r}; registered: {sorted(TASKS)}")
@@ -96,7 +110,7 @@ def parse_task(raw: TaskConfig | dict) -> TaskConfig:
 
 
 def run_task(config: TaskConfig, ctx: TaskContext) -> TaskResult:
-    return TASKS[config.task][1](config, ctx)
+    return builtin_tasks()[config.task][1](config, ctx)
 
 
 def mean_stderr(values: list[float]) -> tuple[float, float | None]:

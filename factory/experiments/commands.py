@@ -3,9 +3,12 @@
 `experiment list | show | submit | register` and `sweep list | show | launch` read the config
 files as they are now, plan against the lake (errors name the experiment and the field) and, for
 `submit` / `launch`, queue runs in Dagster over GraphQL (`factory.experiments.launcher`): to the
-webserver with `--url`, else in a local process against `$DAGSTER_HOME`. `sweep run` trains and
+webserver with `--url`, else in a local process against `$DAGSTER_HOME`. `register` without
+`--url` writes the partitions straight to that instance (jobs/add_partitions.py), skipping the
+code location that dagster-graphql would load (every asset module, torch, Spark). `sweep run` trains and
 evaluates the cells one after another without Dagster (the same trainer and eval calls), and
-`sweep results` writes `sweeps.results` and the ranking plot.
+`sweep results` ranks the cells as the lake stands, read only; with `--write` it also commits
+`sweeps.results` and draws the plot (what the `sweeps/results` asset does).
 """
 
 from __future__ import annotations
@@ -58,17 +61,40 @@ def _runs(args):
 
 def cmd_experiment_register(args, out: Console) -> int:
     """Partitions only: no plan, so it works before the mix exists (`make demo` calls it first)."""
-    from factory.experiments.launcher import GraphQL, add_partitions
     from factory.experiments.registry import discover_experiments
     from factory.experiments.sweep import run_name
 
     found = discover_experiments()
     names = sorted(found.found) if args.all else args.names
     runs = [run_name(found.get(n, "experiment", "configs/experiments")) for n in names]
-    add_partitions(runs, GraphQL(args.url))
+    if args.url:
+        from factory.experiments.launcher import GraphQL, add_partitions
+
+        add_partitions(runs, GraphQL(args.url))
+    else:
+        _add_partitions_here(runs)
     for r in runs:
         out.print(r)
     return 0
+
+
+def _add_partitions_here(runs: list[str]) -> None:
+    """Add the `training_run` partitions straight to the instance in $DAGSTER_HOME: one small
+    process that imports dagster alone (jobs/add_partitions.py), instead of dagster-graphql, which
+    loads every asset module (torch, Spark) to make the same write."""
+    import subprocess
+    import sys
+
+    from factory import settings
+    from factory.experiments.launcher import PARTITIONS, LaunchError
+    from factory.home import CHECKOUT
+
+    script = CHECKOUT / "jobs" / "add_partitions.py"
+    done = subprocess.run([sys.executable, str(script), PARTITIONS, *runs], cwd=CHECKOUT, capture_output=True,
+                          text=True, env=settings.environment(), timeout=300)
+    if done.returncode:
+        raise LaunchError(f"adding the training_run partitions {', '.join(runs)} to the Dagster instance failed "
+                          f"(exit {done.returncode}): {(done.stderr or done.stdout).strip()[-2000:]}")
 
 
 def cmd_experiment_train(args, out: Console) -> int:
@@ -152,29 +178,40 @@ def cmd_sweep_launch(args, out: Console) -> int:
 
 
 def cmd_sweep_run(args, out: Console) -> int:
+    from configs.evals import suite
     from factory.cli import profile
     from factory.experiments.local import run_sweep
     from factory.experiments.registry import get_sweep
 
     started = time.perf_counter()
     sweep = get_sweep(args.name)
-    run_sweep(_lake(args), sweep, profile=profile(args), evaluate=not args.no_eval, log=out.print)
+    run_sweep(_lake(args), sweep, suites=suite, profile=profile(args), evaluate=not args.no_eval, log=out.print)
     out.print(f"sweep {sweep.name}: done in {time.perf_counter() - started:.0f} s; "
               f"`factory sweep results {sweep.name}` ranks the cells")
     return 0
 
 
 def cmd_sweep_results(args, out: Console) -> int:
+    """Read only unless --write: the cells as the lake stands now, ranked where scored."""
     from factory.experiments.registry import get_sweep
-    from factory.experiments.results import plot, write_sweep_results
+    from factory.experiments.results import counts_line, display_rows, plot, preview, write_sweep_results
     from factory.home import artifacts_dir
 
     lake = _lake(args)
     sweep = get_sweep(args.name)
-    report = write_sweep_results(lake, sweep, asset_key="cli")
-    path = plot(report, sweep, artifacts_dir(lake.home) / "sweeps" / sweep.name / "summary.png")
-    out.print(report.table, markup=False)
-    out.print(f"\n{report.counts}; sweeps.results snapshot {report.snapshot_id}; plot {path}")
+    report = write_sweep_results(lake, sweep, asset_key="cli") if args.write else preview(lake, sweep)
+    table = RichTable("rank", "run", "params", f"{sweep.metric} (lower is better)", "train loss", "status",
+                      title=f"sweep {sweep.name}")
+    for row in display_rows(report.ranking):
+        table.add_row(*row)
+    out.print(table)
+    out.print(f"{len(report.ranking)} cells: {counts_line(report.counts)}", markup=False)
+    if args.write:
+        path = plot(report, sweep, artifacts_dir(lake.home) / "sweeps" / sweep.name / "summary.png")
+        out.print(f"wrote sweeps.results snapshot {report.snapshot_id} and the plot {path}", markup=False)
+    else:
+        out.print(f"read only: `factory sweep results {sweep.name} --write` (or the sweeps/results asset) "
+                  "commits sweeps.results and draws the plot", markup=False)
     return 0
 
 

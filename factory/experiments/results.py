@@ -15,6 +15,9 @@ Why long format: a new task or source adds rows, not columns, and any question i
 
 Every row carries its cell's `rank` by the sweep's own metric (`ranked_by`, lower is better,
 unevaluated cells last), so `ranked` — for the CLI and the auto-mixer — needs no sweep config.
+Shown to people (`display_rows`, `ranking_table`), a cell without a score has no rank (`—`): a
+pending cell is not fourth of four. `preview` is the read-only view `factory sweep results` prints;
+only the `sweeps/results` asset, the auto-mixer and `--write` commit.
 """
 
 from __future__ import annotations
@@ -157,17 +160,50 @@ def _fmt(value: Any) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def ranking_table(ranking: list[dict], metric: str) -> str:
-    """Markdown: rank, run, params, the metric (± stderr), train loss and status of every cell."""
-    lines = [f"| rank | run | params | {metric} | train loss | status |", "|---:|---|---|---:|---:|---|"]
+def counts_line(counts: dict[str, int]) -> str:
+    """`2 evaluated, 1 trained, 1 pending` (statuses with no cell left out, unless all are)."""
+    return ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "no cells"
+
+
+def scored(entry: dict) -> bool:
+    """Whether a ranking entry has a finite score; only those get a rank shown (the rest are unranked)."""
+    return entry["value"] is not None and math.isfinite(entry["value"])
+
+
+def display_rows(ranking: list[dict]) -> list[list[str]]:
+    """Rank, run, params, the metric (± stderr), train loss and status of every cell, as text; a
+    cell without a score shows `—` for its rank (it is listed last, not ranked)."""
+    lines = []
     for e in ranking:
-        value = "—" if e["value"] is None else f"{e['value']:.4f}"
-        if e["value"] is not None and e["stderr"] is not None:
+        value = f"{e['value']:.4f}" if scored(e) else "—"
+        if scored(e) and e["stderr"] is not None:
             value += f" ± {e['stderr']:.4f}"
         loss = "—" if e["train_loss"] is None else f"{e['train_loss']:.4f}"
         params = ", ".join(f"{k}={_fmt(v)}" for k, v in e["params"].items())
-        lines.append(f"| {e['rank']} | {e['run']} | {params} | {value} | {loss} | {e['status']} |")
+        lines.append([str(e["rank"]) if scored(e) else "—", e["run"], params, value, loss, e["status"]])
+    return lines
+
+
+def ranking_table(ranking: list[dict], metric: str) -> str:
+    """`display_rows` as Markdown (the asset's metadata)."""
+    lines = [f"| rank | run | params | {metric} | train loss | status |", "|---:|---|---|---:|---:|---|"]
+    lines += ["| " + " | ".join(row) + " |" for row in display_rows(ranking)]
     return "\n".join(lines)
+
+
+def preview(lake: Lake, sweep: SweepConfig) -> SweepReport:
+    """What `write_sweep_results` would commit, read from the lake and written nowhere
+    (`factory sweep results` without `--write`): `rows` counted, `snapshot_id` None."""
+    rows, _ = _collect(lake, sweep)
+    return _report(sweep, rows, snapshot_id=None)
+
+
+def _report(sweep: SweepConfig, rows: list[dict], *, snapshot_id: int | None) -> SweepReport:
+    ranking = _ranking(rows, sweep.metric)
+    counts = {s: sum(e["status"] == s for e in ranking) for s in STATUSES}
+    best = ranking[0] if ranking and scored(ranking[0]) else None
+    return SweepReport(sweep=sweep.name, metric=sweep.metric, ranking=ranking, counts=counts, best=best,
+                       table=ranking_table(ranking, sweep.metric), rows=len(rows), snapshot_id=snapshot_id)
 
 
 # -- writing ----------------------------------------------------------------------------------
@@ -178,22 +214,20 @@ def write_sweep_results(lake: Lake, sweep: SweepConfig, *, run_id: str = "", ass
     stamp = CommitStamp(asset_key=asset_key, config_hash=config_hash(sweep), run_id=run_id, partition=partition,
                         upstream=upstream)
     data = pa.Table.from_pylist(rows, schema=SWEEP_RESULTS.as_arrow())
-    ranking = _ranking(rows, sweep.metric)
-    counts = {s: sum(e["status"] == s for e in ranking) for s in STATUSES}
-    best = ranking[0] if ranking and ranking[0]["value"] is not None else None
+    report = _report(sweep, rows, snapshot_id=None)
+    best = report.best
     used = sorted({r[k] for r in rows for k in ("eval_id", "checkpoint_id") if r[k]})
     row = LineageRecord(
         version_id=f"sweep/{sweep.name}@{SNAPSHOT}", kind="sweep_results", name=f"sweep/{sweep.name}",
         uri=f"iceberg://{RESULTS_TABLE}", upstream=used, config_json=canonical_json(sweep),
         config_hash=stamp.config_hash, code_version=stamp.code_version, env_lock=stamp.env_lock, asset_key=asset_key,
         partition=partition, run_id=run_id,
-        metadata_json=canonical_json({"metric": sweep.metric, "counts": counts, "rows": len(rows),
+        metadata_json=canonical_json({"metric": sweep.metric, "counts": report.counts, "rows": len(rows),
                                       "best": best and {"run": best["run"], "value": best["value"]}}),
     )
     commit = lake.commit(RESULTS_TABLE, data, stamp, mode="overwrite", overwrite_filter=EqualTo("sweep", sweep.name),
                          schema=SWEEP_RESULTS, lineage=row)
-    return SweepReport(sweep=sweep.name, metric=sweep.metric, ranking=ranking, counts=counts, best=best,
-                       table=ranking_table(ranking, sweep.metric), rows=len(rows), snapshot_id=commit.snapshot_id)
+    return _report(sweep, rows, snapshot_id=commit.snapshot_id)
 
 
 # -- plotting ---------------------------------------------------------------------------------
@@ -256,7 +290,7 @@ def plot(report_or_rows: SweepReport | list[dict], sweep: SweepConfig, path: str
 
     ranking = report_or_rows.ranking if isinstance(report_or_rows, SweepReport) else _ranking(report_or_rows,
                                                                                                 sweep.metric)
-    points = [e for e in ranking if e["value"] is not None and math.isfinite(e["value"])]
+    points = [e for e in ranking if scored(e)]
     mix = "mix_weights" in sweep.params
     panels = len(_mix_tables(sweep)) if mix else 1
     fig = Figure(figsize=(3.2 * min(4, panels), 3.2 * -(-panels // 4)) if mix else (6, 4), layout="constrained")

@@ -152,7 +152,7 @@ def export_checkpoint(lake: Lake, checkpoint: "str | TrainedCheckpoint", *, run_
 
 def _write(directory: Path, model: Transformer, checkpoint: TrainedCheckpoint) -> None:
     from safetensors.torch import save_file
-    from transformers import GenerationConfig, LlamaConfig, PreTrainedTokenizerFast
+    from transformers import GenerationConfig, LlamaConfig
 
     ids = _special_ids(checkpoint.tokenizer_path)
     config = LlamaConfig(**llama_config_dict(model.config), architectures=["LlamaForCausalLM"],
@@ -160,23 +160,46 @@ def _write(directory: Path, model: Transformer, checkpoint: TrainedCheckpoint) -
     config.save_pretrained(directory)
     GenerationConfig(bos_token_id=ids["bos"], eos_token_id=ids["eos"], pad_token_id=ids["pad"]).save_pretrained(directory)
     state = {k: v.detach().to(torch.float32).contiguous().clone() for k, v in llama_state_dict(model).items()}
-    if settings.faults().get("corrupt_export"):
+    if settings.faults().corrupt_export:
         state["model.layers.0.mlp.down_proj.weight"] *= 1.01
     if config.tie_word_embeddings:
         state.pop("lm_head.weight")  # safetensors refuses shared storage; transformers re-ties on load
     save_file(state, str(directory / "model.safetensors"), metadata={"format": "pt"})
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_file=str(Path(checkpoint.tokenizer_path) / "tokenizer.json"),
-        bos_token=SPECIAL_TOKENS["bos"], eos_token=SPECIAL_TOKENS["eos"], pad_token=SPECIAL_TOKENS["pad"],
-        additional_special_tokens=[SPECIAL_TOKENS[k] for k in ("fim_prefix", "fim_middle", "fim_suffix")],
-        model_max_length=model.config.max_seq_len,
-    )
-    tokenizer.save_pretrained(directory)
+    _write_tokenizer(directory, checkpoint.tokenizer_path, model.config.max_seq_len)
     (directory / "factory.json").write_text(canonical_json({
         "checkpoint_id": checkpoint.checkpoint_id, "checkpoint_sha256": checkpoint.ref.sha256,
         "mix_version": checkpoint.plan.mix_version, "tokenizer": checkpoint.plan.tokenizer,
         "seq_len": checkpoint.plan.seq_len, "experiment": checkpoint.plan.experiment.name,
     }))
+    _share(directory)
+
+
+def _write_tokenizer(directory: Path, tokenizer_path: str, max_seq_len: int) -> None:
+    """Our tokenizer.json as it is, and a tokenizer_config.json that transformers 4.x and 5.x both read.
+
+    Why not `PreTrainedTokenizerFast.save_pretrained`: 5.x writes `tokenizer_class: TokenizersBackend`
+    and the extra special tokens as a list under `extra_special_tokens`, which 4.x cannot load
+    ("Tokenizer class TokenizersBackend does not exist"). `PreTrainedTokenizerFast` is a class in 4.x
+    and an alias of the tokenizers backend in 5.x, and 5.x still reads `additional_special_tokens`.
+    Copying the file keeps the export's bytes (and so its hash) independent of the transformers version.
+    """
+    shutil.copyfile(Path(tokenizer_path) / "tokenizer.json", directory / "tokenizer.json")
+    fim = [SPECIAL_TOKENS[k] for k in ("fim_prefix", "fim_middle", "fim_suffix")]
+    (directory / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": SPECIAL_TOKENS["bos"], "eos_token": SPECIAL_TOKENS["eos"], "pad_token": SPECIAL_TOKENS["pad"],
+        "additional_special_tokens": fim,
+        "model_max_length": max_seq_len,
+        "clean_up_tokenization_spaces": False,  # decode(encode(x)) == x: a byte-level BPE needs no cleanup
+    }, indent=2) + "\n")
+
+
+def _share(directory: Path) -> None:
+    """Directories 0755, files 0644: an export is read by other accounts (a serving user, a shared
+    eval box), whatever the umask, `mkdtemp` (0700) or safetensors (0600) gave them."""
+    directory.chmod(0o755)
+    for path in directory.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
 
 
 def _special_ids(tokenizer_path: str) -> dict[str, int]:

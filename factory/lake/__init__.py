@@ -4,13 +4,14 @@
 into a table; `LineageStore` reads and writes `factory.lineage`.
 """
 
-from factory.lake.catalog import CatalogConfig, Lake, LakeError, TableUnreadable
+from factory.lake.catalog import CatalogConfig, HomeMoved, Lake, LakeError, TableUnreadable
 from factory.lake.commit import CommitStamp, ParquetFiles, TableCommit
 from factory.lake.lineage import LineageRecord, LineageStore
 
 __all__ = [
     "CatalogConfig",
     "CommitStamp",
+    "HomeMoved",
     "Lake",
     "LakeError",
     "LineageRecord",

@@ -13,6 +13,9 @@ mid-commit — after the namespace and table were created — as an S3 signature
 manifest key. The errors name the deploy profile's field (`catalog.credential`,
 `catalog.s3.access_key_id` / `secret_access_key`).
 
+Opening the embedded catalog of a home that was moved or copied (its tables' paths point outside
+it: Iceberg stores absolute paths) fails with `HomeMoved`, saying how to fix it (`factory.lake.moved`).
+
 Opening the embedded sqlite catalog refuses a `catalog.db` that is missing, empty or not sqlite
 while the warehouse holds tables: sqlite takes a 0-byte file for an empty database, and the next
 ingest would create a new table over the old one's directory and orphan its history. The error
@@ -63,6 +66,11 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 
 class LakeError(RuntimeError):
     """A lake operation failed on a named table or input."""
+
+
+class HomeMoved(LakeError):
+    """The embedded catalog of this home was written at another path (moved or copied home);
+    the message says which and what to run (`factory.lake.moved`)."""
 
 
 class TableUnreadable(LakeError):
@@ -135,6 +143,12 @@ class Lake:
         held = warehouse_tables(props.get("warehouse", ""))
         if db is not None:
             _check_sqlite_file(db, held, recovering)
+        if config.uri is None and config.warehouse is None:  # the embedded layout: every path is under home
+            from factory.lake.moved import moved_home
+
+            moved = moved_home(home_path)
+            if moved is not None:
+                raise HomeMoved(str(moved))
         try:
             lake = cls(load_catalog(config.name, **props), home_path)
             empty = bool(held) and not recovering and not lake.tables()

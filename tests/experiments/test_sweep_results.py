@@ -75,7 +75,7 @@ def test_write_ranks_replaces_rows_and_records_lineage(lake, grid, run_rows):
     lines = report.table.splitlines()
     assert lines[0].startswith("| rank | run | params | bpb/all | train loss")
     assert lines[2].startswith(f"| 1 | {c1} | optimizer.lr=0.002 | 2.1000 | 2.5000")
-    assert lines[4].startswith(f"| 3 | {c2} | optimizer.lr=0.003 | — | 2.9000 | trained")
+    assert lines[4].startswith(f"| — | {c2} | optimizer.lr=0.003 | — | 2.9000 | trained")  # unscored: listed, not ranked
 
     record = lake.lineage.resolve(f"sweep/lrtest@{report.snapshot_id}")[0]
     assert record.kind == "sweep_results" and record.run_id == "r1"
