@@ -6,6 +6,10 @@ entry point (`python -m factory.train`, one process per cell, so each cell start
 interpreter and seed) and the same `evaluate` call, one cell after another. vLLM is imported once
 for all cells. Re-running is cheap: a finished cell resumes at its last step and exits, and a
 cell whose final checkpoint is already evaluated with its suite is not evaluated again.
+
+The eval suites come from the caller (`suites`: name -> SuiteConfig, the CLI passes
+`configs.evals.suite`): core code never imports the `configs` package, so the same sweep runs with
+any suite registry (a test's, a project's own).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from factory import settings
 from factory.deploy import DeployConfig, load_profile, profile_env
@@ -20,11 +25,19 @@ from factory.experiments.spec import ExperimentError, plan_experiment
 from factory.experiments.sweep import SweepConfig, check_token_budget, expand
 from factory.home import CHECKOUT
 
+if TYPE_CHECKING:  # the evals package imports torch; a sweep that only trains never loads it
+    from factory.evals.suite import SuiteConfig
 
-def run_sweep(lake, sweep: SweepConfig, *, profile: DeployConfig | None = None, evaluate: bool = True,
+
+def run_sweep(lake, sweep: SweepConfig, *, suites: Callable[[str], SuiteConfig] | None = None,
+              profile: DeployConfig | None = None, evaluate: bool = True,
               log: Callable[[str], None] = print) -> list[str]:
     """Train (and evaluate) every cell; the eval ids of the cells evaluated, in cell order. Each cell's
-    trainer gets `profile` (default: the active one) explicitly, so it writes to the same lake."""
+    trainer gets `profile` (default: the active one) explicitly, so it writes to the same lake;
+    evaluating needs `suites` (a suite's name -> its SuiteConfig), checked before any cell trains."""
+    if evaluate and suites is None:
+        raise ExperimentError(f"sweep {sweep.name}: evaluating the cells needs `suites` (name -> SuiteConfig, "
+                              "e.g. configs.evals.suite), or evaluate=False")
     profile = profile or load_profile()
     from factory.train.checkpoint import checkpoints
     from factory.train.launch import launch_command
@@ -32,6 +45,7 @@ def run_sweep(lake, sweep: SweepConfig, *, profile: DeployConfig | None = None, 
     cells = expand(sweep)
     plans = [plan_experiment(lake, c.experiment) for c in cells]
     check_token_budget(sweep, [p.tokens for p in plans])
+    suite_of = {p.experiment.eval_suite: suites(p.experiment.eval_suite) for p in plans} if evaluate else {}
     evals = []
     for cell, plan in zip(cells, plans):
         started = time.perf_counter()
@@ -45,23 +59,22 @@ def run_sweep(lake, sweep: SweepConfig, *, profile: DeployConfig | None = None, 
         last = checkpoints(lake, cell.run)[-1]
         log(f"    trained {last['step']} steps in {time.perf_counter() - started:.1f} s, loss {last['loss']:.4f}")
         if evaluate:
-            evals.append(_evaluate(lake, last["checkpoint_id"], plan.experiment.eval_suite, log))
+            evals.append(_evaluate(lake, last["checkpoint_id"], suite_of[plan.experiment.eval_suite], log))
     return evals
 
 
-def _evaluate(lake, checkpoint_id: str, suite_name: str, log) -> str:
-    from configs.evals import suite as eval_suite
+def _evaluate(lake, checkpoint_id: str, suite: SuiteConfig, log) -> str:
     from factory.evals.results import eval_id_of, results
     from factory.evals.suite import evaluate_checkpoint
     from factory.infer import find_checkpoint
 
-    eval_id = eval_id_of(checkpoint_id, suite_name)
+    eval_id = eval_id_of(checkpoint_id, suite.name)
     checkpoint = find_checkpoint(lake, checkpoint_id)
-    if any(r["eval_id"] == eval_id for r in results(lake, checkpoint.ref.run, suite_name)):
+    if any(r["eval_id"] == eval_id for r in results(lake, checkpoint.ref.run, suite.name)):
         log(f"    {eval_id}: already evaluated")
         return eval_id
     started = time.perf_counter()
-    result = evaluate_checkpoint(lake, checkpoint, eval_suite(suite_name), asset_key="sweep", log=lambda m: None)
+    result = evaluate_checkpoint(lake, checkpoint, suite, asset_key="sweep", log=lambda m: None)
     main = ", ".join(f"{r['task']}/{r['metric']} {r['value']:.4f}" for r in result.rows if r["metric"] == "all")
     log(f"    {eval_id}: {main} ({time.perf_counter() - started:.1f} s)")
     return result.eval_id

@@ -10,6 +10,7 @@ pass, and its budget. A bad config fails here, with the field path, before any g
 from __future__ import annotations
 
 import string
+from collections.abc import Mapping
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -90,7 +91,7 @@ class Condition(_Frozen):
     op: Literal["<", "<=", ">", ">=", "==", "!="]
     value: float | str
 
-    def holds(self, fields: dict) -> bool:
+    def holds(self, fields: Mapping) -> bool:
         if self.field not in fields:
             return False
         have, want = fields[self.field], self.value

@@ -34,6 +34,7 @@ import json
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Callable
 
@@ -77,7 +78,7 @@ def load_function(ref: str) -> Callable:
         raise ValueError(f"function {ref!r} cannot be loaded: {exc}") from exc
 
 
-def render(template: str, fields: dict) -> str:
+def render(template: str, fields: Mapping) -> str:
     """`template` filled from `fields`; a ValueError naming what this candidate lacks."""
     try:
         return template.format(**fields)
@@ -99,7 +100,7 @@ class Generator:
         self.export_id: str | None = None
         self._function = load_function(config.function) if config.kind == "function" else None
 
-    def generate(self, batch: list[dict]) -> list[Generation]:
+    def generate(self, batch: list[Mapping]) -> list[Generation]:
         if self.config.kind == "function":
             return [self._call(f) for f in batch]
         prompts: list[str | Generation] = []
@@ -117,7 +118,7 @@ class Generator:
         it = iter(answers)
         return [next(it) if isinstance(p, str) else p for p in prompts]
 
-    def _call(self, fields: dict) -> Generation:
+    def _call(self, fields: Mapping) -> Generation:
         try:
             text = self._function(dict(fields))
         except ValueError as exc:  # the function's way to reject this candidate

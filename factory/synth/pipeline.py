@@ -1,14 +1,16 @@
 """Run a synthetic-data pipeline: seeds → stages → validators → `synthetic.<name>` with provenance.
 
-Candidates move through the pipeline in batches. Each stage's generator adds one field; a rejected
+Candidates (`Candidate`, candidate.py: frozen; each stage returns the next one) move through the
+pipeline in batches. Each stage's generator adds one field; a rejected
 generation rejects the candidate with the stage and the error, and a generator that cannot work
 (a dead engine or endpoint, a bug in a function stage) fails the run (`GeneratorError`, see
 generators.py) before anything is committed. The training
 text is rendered from the fields, then every validator runs on the candidates still standing.
 Accepted rows go to `synthetic.<name>` (the columns the mix loader streams, plus provenance:
 seed id, agent chain, export id, template hash, verdicts, attempts); rejected ones, with their
-reasons, to `synthetic.<name>_rejected`. The supervisor stops the run when its budget (time,
-tokens) is spent; what was accepted so far is still committed, and the stop is reported.
+reasons, to `synthetic.<name>_rejected`. The supervisor (agents.py: the one budget check, also
+asked before each loop round) stops the run after a batch once its budget (time, tokens) is
+spent; what was accepted so far is still committed, and the stop is reported.
 
 All rows of a run are built first and committed at the end (rejected, then accepted, then the
 lineage row of the new snapshot): a crashed run leaves the tables as they were, and a run that
@@ -19,7 +21,6 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import json
 import random
 import time
 import uuid
@@ -33,8 +34,9 @@ from factory.lake import CommitStamp, Lake, LineageRecord
 from factory.lake.lineage import SNAPSHOT, table_version_id
 from factory.lake.schemas import SYNTHETIC_DOCUMENTS, SYNTHETIC_REJECTED
 from factory.synth.agents import Supervisor, run_loop
+from factory.synth.candidate import Candidate
 from factory.synth.config import PipelineConfig, SeedsConfig
-from factory.synth.generators import Generator, load_function, render, template_hash
+from factory.synth.generators import Generation, Generator, load_function, render, template_hash
 from factory.synth.validators import Validators
 from factory.version import canonical_json, config_hash, env_lock_hash
 
@@ -136,56 +138,47 @@ def run_pipeline(lake: Lake, config: PipelineConfig, *, engine_for: Callable[[st
                          for s in config.stages)
     accepted, rejected = [], []
     now = dt.datetime.now(dt.timezone.utc)
+
+    def reject(c: Candidate, stage: str, reason: str) -> None:
+        result.rejected[stage] += 1
+        rejected.append(c.rejected_row(stage, reason, result.batch_id, now))
+
     for start in range(0, len(seeds), batch_size):
-        live = [{"fields": dict(s), "attempts": 0, "seed_id": str(s[config.seeds.id_field]), "chain": []}
-                for s in seeds[start:start + batch_size]]
-        for c in live:
-            c["fields"] |= secondary.sample(c["seed_id"])
+        live = [Candidate(str(s[config.seeds.id_field]), dict(s)) for s in seeds[start:start + batch_size]]
+        live = [c.with_fields(**secondary.sample(c.seed_id)) for c in live]
         for stage, generator in zip(config.stages, generators):
             if stage.loop is not None:
-                kept = []
-                for c, reason in run_loop(stage, live, make_agent, supervisor, add_tokens):
-                    if reason is None:
-                        kept.append(c)
-                    else:
-                        rejected.append(_reject(c, stage.name, reason, result, now))
-                live = kept
-                continue
-            outputs = generator.generate([c["fields"] for c in live])
-            kept = []
-            for c, out in zip(live, outputs):
-                c["attempts"] += out.attempts
-                result.tokens += out.tokens
-                if out.error is not None:
-                    rejected.append(_reject(c, stage.name, f"generation failed: {out.error}", result, now))
+                outcomes = run_loop(stage, live, make_agent, supervisor, add_tokens)
+            else:
+                outcomes = [_generated(stage, c, out, add_tokens)
+                            for c, out in zip(live, generator.generate([c.fields for c in live]))]
+            live = []
+            for c, reason in outcomes:
+                if reason is None:
+                    live.append(c)
                 else:
-                    c["fields"][stage.output] = out.text
-                    c["chain"].append(stage.name)
-                    kept.append(c)
-            live = kept
-        for c in live:
-            c["text"] = render(config.text, c["fields"])
-            c["verdicts"] = {}
+                    reject(c, stage.name, reason)
+        live = [c.rendered(render(config.text, c.fields)) for c in live]
         for v in config.validators:
-            verdicts = validators.check(v, [c["text"] if v.field == "text" else str(c["fields"].get(v.field, ""))
-                                            for c in live], [c["fields"] for c in live])
-            kept = []
+            verdicts = validators.check(v, [c.text if v.field == "text" else str(c.fields.get(v.field, ""))
+                                            for c in live], [c.fields for c in live])
+            standing = []
             for c, verdict in zip(live, verdicts):
-                c["verdicts"][v.kind] = verdict.passed
+                c = c.judged(v.kind, verdict.passed)
                 if verdict.passed:
-                    kept.append(c)
+                    standing.append(c)
                 else:
-                    rejected.append(_reject(c, v.kind, verdict.reason, result, now))
-            live = kept
+                    reject(c, v.kind, verdict.reason)
+            live = standing
         models = sorted({g.export_id for g in [*generators, *agents] if g and g.export_id})  # exports/endpoint models
-        accepted += [_row(config, c, models, templates, result.batch_id, now) for c in live]
+        accepted += [c.accepted_row(pipeline=config.name, kind=config.kind, exports=models, templates=templates,
+                                    batch_id=result.batch_id, now=now) for c in live]
         done = min(start + batch_size, len(seeds))
         log(f"synthetic.{config.name}: {done}/{len(seeds)} seeds, {len(accepted)} accepted, "
             f"{sum(result.rejected.values())} rejected")
-        spent = time.monotonic() - started
-        if spent > config.budget.max_seconds or result.tokens > config.budget.max_tokens:
-            result.stopped = (f"budget spent after {done} of {len(seeds)} seeds: {spent:.0f}s "
-                              f"(max {config.budget.max_seconds:.0f}), {result.tokens} tokens (max {config.budget.max_tokens})")
+        stop = supervisor.exhausted()
+        if stop:
+            result.stopped = f"stopped after {done} of {len(seeds)} seeds: {stop}"
             log(result.stopped)
             break
     result.accepted = len(accepted)
@@ -202,23 +195,13 @@ def _no_sandbox(timeout_s: float):
     raise ValueError("a sandbox validator needs a sandbox (none was given to the pipeline)")
 
 
-def _reject(c: dict, stage: str, reason: str, result: SynthResult, now) -> dict:
-    result.rejected[stage] += 1
-    return {"seed_id": c["seed_id"], "stage": stage, "reason": reason[:2000], "text": c.get("text"),
-            "fields": json.dumps(c["fields"], default=str), "attempts": c["attempts"], "batch_id": result.batch_id,
-            "created_at": now}
-
-
-def _row(config: PipelineConfig, c: dict, exports, templates, batch_id: str, now) -> dict:
-    text = c["text"]
-    digest = hashlib.sha256(f"{config.name}/{c['seed_id']}/{text}".encode()).hexdigest()
-    return {"doc_id": digest[:24], "source": config.name, "path": c["seed_id"], "text": text,
-            "language": "python" if config.kind == "code" else "text", "kind": config.kind,
-            "bytes": len(text.encode()), "content_sha256": hashlib.sha256(text.encode()).hexdigest(),
-            "seed_id": c["seed_id"], "agent_chain": c["chain"], "export_id": ",".join(exports) or None,
-            "template_hash": templates, "verdicts": json.dumps(c["verdicts"], sort_keys=True),
-            "attempts": c["attempts"], "batch_id": batch_id, "fields": json.dumps(c["fields"], default=str),
-            "created_at": now}
+def _generated(stage, c: Candidate, out: Generation, add_tokens: Callable[[int], None]) -> tuple[Candidate, str | None]:
+    """(the candidate after one generator stage, rejection reason or None)."""
+    add_tokens(out.tokens)
+    c = c.tried(out.attempts)
+    if out.error is not None:
+        return c, f"generation failed: {out.error}"
+    return c.generated(stage.name, stage.output, out.text), None
 
 
 def _commit(lake: Lake, config: PipelineConfig, result: SynthResult, accepted: list[dict], rejected: list[dict],

@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Callable
 
@@ -56,7 +57,7 @@ class Validators:
                 self._seen |= {_norm_hash(t) for t in existing_texts(c.against)}
         self._index = None
 
-    def check(self, config: ValidatorConfig, values: list[str], fields: list[dict]) -> list[Verdict]:
+    def check(self, config: ValidatorConfig, values: list[str], fields: list[Mapping]) -> list[Verdict]:
         if config.kind == "threshold":
             c = config.condition
             return [Verdict(True) if c.holds(f) else

@@ -96,7 +96,8 @@ def test_the_budget_stops_a_run_and_keeps_what_was_accepted(tmp_path, sandbox):
                                             "budget": {"max_seconds": 0.001},
                                             "validators": [{"kind": "python_syntax"}]})
     result = run_pipeline(lake, config, sandbox=sandbox, log=lambda m: None, batch_size=100)
-    assert result.stopped and "budget spent after 100 of 600 seeds" in result.stopped
+    # the supervisor's own check (agents.Supervisor.exhausted), naming the budget that ran out
+    assert result.stopped.startswith("stopped after 100 of 600 seeds: time budget spent ("), result.stopped
     assert result.accepted == 100 and len(lake.table("synthetic.porting").scan().to_arrow()) == 100
 
 

@@ -2,18 +2,23 @@
 
 Each step takes a documents DataFrame (plus its config) and returns it labelled: every row gets
 `drop_reason` (null when kept) and `drop_detail`; `split` gives (kept, dropped). Per-document work
-runs in Arrow-batched pandas UDFs over the functions in `text`, `quality`, `redact` and
-`decontam`; everything that relates documents to each other (exact and near dedup) is joins and
-aggregations, so nothing is collected to the driver and the work scales with partitions.
-Outputs depend only on the data and the config, never on partitioning or executor order.
+is a plain Python function over one document's values (in `text`, `quality`, `redact` and
+`decontam`, or a few lines here), lifted into Spark by `per_document` (one Arrow-batched pandas
+UDF) — a filter is only its predicate, `filter_documents` turns it into the drop labels. So the
+Spark plumbing is written once and each rule is testable without Spark. Everything that relates
+documents to each other (exact and near dedup) is joins and aggregations, so nothing is collected
+to the driver and the work scales with partitions. Outputs depend only on the data and the config,
+never on partitioning or executor order.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Callable
 
 import pandas as pd
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.functions import pandas_udf
 
@@ -39,32 +44,32 @@ def split(labelled: DataFrame) -> tuple[DataFrame, DataFrame]:
     return kept, dropped
 
 
+def per_document(fn: Callable[..., tuple], schema: str) -> Callable[..., Column]:
+    """A Spark column function applying `fn` to each document: `fn(*values) -> tuple` over the
+    row's values of the columns it is called with, the tuple's items the fields of `schema`
+    (a struct DDL such as "text string, redactions string"). The one place the per-document
+    steps meet Spark: an Arrow-batched pandas UDF looping over the batch's rows."""
+    names = [field.split()[0] for field in schema.split(",")]
+
+    @pandas_udf(schema)
+    def udf(*columns: pd.Series) -> pd.DataFrame:
+        return pd.DataFrame([fn(*values) for values in zip(*columns)], columns=names)
+
+    return udf
+
+
+def filter_documents(df: DataFrame, reason: Callable[..., tuple[str, str] | None], *columns: str) -> DataFrame:
+    """`df` labelled by a filter: `reason(*values of columns)` is (drop reason, detail) for a
+    document to drop, None to keep it (datatrove's filter: the step is only its predicate)."""
+    label = per_document(lambda *values: reason(*values) or (None, None), LABEL)
+    return df.withColumn("_label", label(*columns)).select(*DOC_COLUMNS, "_label.drop_reason", "_label.drop_detail")
+
+
 def normalize(df: DataFrame, config: NormalizeConfig, others: DataFrame | None = None) -> DataFrame:
     """NFC, line endings, BOM; drop null, empty, binary and oversized documents; tag the kind."""
-
-    @pandas_udf(f"text string, {LABEL}")
-    def udf(texts: pd.Series) -> pd.DataFrame:
-        rows = []
-        for text in texts:
-            if text is None:
-                rows.append((None, "null_text", "text is null"))
-                continue
-            size = len(text.encode("utf-8", "surrogatepass"))
-            if size > config.max_bytes:
-                rows.append((None, "too_large", f"{size} bytes > {config.max_bytes}"))
-                continue
-            out = T.normalize_text(text)
-            binary = T.control_fraction(out)
-            if binary > config.max_control_fraction:
-                rows.append((None, "binary", f"control/replacement characters {binary:.3f}"))
-            elif not out.strip():
-                rows.append((None, "empty", "no non-whitespace text"))
-            else:
-                rows.append((out, None, None))
-        return pd.DataFrame(rows, columns=["text", "drop_reason", "drop_detail"])
-
+    normalized = per_document(functools.partial(_normalized, config=config), f"text string, {LABEL}")
+    n = df.withColumn("_n", normalized("text"))
     kind = F.when(F.col("language").isin(*sorted(T.CODE_LANGUAGES)), "code").otherwise("prose")
-    n = df.withColumn("_n", udf("text"))
     return n.select(
         "doc_id", "source", "path",
         F.coalesce(F.col("_n.text"), F.col("text")).alias("text"),
@@ -75,6 +80,22 @@ def normalize(df: DataFrame, config: NormalizeConfig, others: DataFrame | None =
         "ingested_at", F.lit("{}").alias("redactions"),
         "_n.drop_reason", "_n.drop_detail",
     )
+
+
+def _normalized(text: str | None, config: NormalizeConfig) -> tuple[str | None, str | None, str | None]:
+    """(normalized text, None, None), or (None, reason, detail) for a document normalize drops."""
+    if text is None:
+        return None, "null_text", "text is null"
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > config.max_bytes:
+        return None, "too_large", f"{size} bytes > {config.max_bytes}"
+    out = T.normalize_text(text)
+    binary = T.control_fraction(out)
+    if binary > config.max_control_fraction:
+        return None, "binary", f"control/replacement characters {binary:.3f}"
+    if not out.strip():
+        return None, "empty", "no non-whitespace text"
+    return out, None, None
 
 
 def exact_dedup(df: DataFrame, config: ExactDedupConfig, others: DataFrame | None = None) -> DataFrame:
@@ -97,15 +118,12 @@ def signatures(df: DataFrame, config: NearDedupConfig) -> DataFrame:
     """(doc_id, sig: array<long>, bands: array<long>) — null for documents without words."""
     a, b = T.permutations(config.permutations, config.seed)
 
-    @pandas_udf("sig array<long>, bands array<long>")
-    def udf(texts: pd.Series) -> pd.DataFrame:
-        sigs, bands = [], []
-        for text in texts:
-            sig = T.minhash(text or "", config.shingle_size, a, b)
-            sigs.append(None if sig is None else sig.astype("int64").tolist())
-            bands.append(None if sig is None else T.band_hashes(sig, config.bands, config.rows))
-        return pd.DataFrame({"sig": sigs, "bands": bands})
+    def signature(text: str | None) -> tuple[list[int] | None, list[int] | None]:
+        sig = T.minhash(text or "", config.shingle_size, a, b)
+        return (None, None) if sig is None else (sig.astype("int64").tolist(),
+                                                 T.band_hashes(sig, config.bands, config.rows))
 
+    udf = per_document(signature, "sig array<long>, bands array<long>")
     return df.select("doc_id", udf("text").alias("_m")).select("doc_id", "_m.sig", "_m.bands")
 
 
@@ -186,27 +204,18 @@ def quality(df: DataFrame, config: QualityConfig, others: DataFrame | None = Non
     """Heuristic filters for code and prose; the first broken rule is the reason."""
     from factory.data.refine.quality import quality_reason
 
-    @pandas_udf(LABEL)
-    def udf(texts: pd.Series, kinds: pd.Series) -> pd.DataFrame:
-        rows = [quality_reason(t, k, config) or (None, None) for t, k in zip(texts, kinds)]
-        return pd.DataFrame(rows, columns=["drop_reason", "drop_detail"])
-
-    return df.withColumn("_q", udf("text", "kind")).select(*DOC_COLUMNS, "_q.drop_reason", "_q.drop_detail")
+    return filter_documents(df, functools.partial(quality_reason, config=config), "text", "kind")
 
 
 def redact(df: DataFrame, config: RedactConfig, others: DataFrame | None = None) -> DataFrame:
     """Replace secrets and PII by typed placeholders; keeps every document, counts per kind."""
     from factory.data.refine.redact import redact as redact_text
 
-    @pandas_udf("text string, redactions string")
-    def udf(texts: pd.Series) -> pd.DataFrame:
-        rows = []
-        for text in texts:
-            out, counts = redact_text(text, config)
-            rows.append((out, json.dumps(counts, sort_keys=True)))
-        return pd.DataFrame(rows, columns=["text", "redactions"])
+    def redacted(text: str) -> tuple[str, str]:
+        out, counts = redact_text(text, config)
+        return out, json.dumps(counts, sort_keys=True)
 
-    r = df.withColumn("_r", udf("text"))
+    r = df.withColumn("_r", per_document(redacted, "text string, redactions string")("text"))
     return r.select(
         "doc_id", "source", "path", F.col("_r.text").alias("text"), "language", "kind",
         F.octet_length("_r.text").cast("long").alias("bytes"), "license",
@@ -221,15 +230,11 @@ def decontaminate(df: DataFrame, config: DecontamConfig, others: DataFrame | Non
 
     index = build_index(config.benchmarks, config.ngram)  # small: shipped to executors in the UDF
 
-    @pandas_udf(LABEL)
-    def udf(texts: pd.Series) -> pd.DataFrame:
-        rows = []
-        for text in texts:
-            hit = index.match(text)
-            rows.append((None, None) if hit is None else ("contaminated", f"{hit[0]} ({hit[1]} shared {config.ngram}-grams)"))
-        return pd.DataFrame(rows, columns=["drop_reason", "drop_detail"])
+    def contaminated(text: str) -> tuple[str, str] | None:
+        hit = index.match(text)
+        return None if hit is None else ("contaminated", f"{hit[0]} ({hit[1]} shared {config.ngram}-grams)")
 
-    return df.withColumn("_d", udf("text")).select(*DOC_COLUMNS, "_d.drop_reason", "_d.drop_detail")
+    return filter_documents(df, contaminated, "text")
 
 
 STEPS = {
@@ -241,4 +246,4 @@ STEPS = {
     "decontaminate": decontaminate,
 }
 
-__all__ = ["DOC_COLUMNS", "STEPS", "connected_components", "split"]
+__all__ = ["DOC_COLUMNS", "STEPS", "connected_components", "filter_documents", "per_document", "split"]
