@@ -106,13 +106,58 @@ def demo_home(tmp_path_factory) -> dict:
     """The environment of a FACTORY_HOME after `make demo`, run once per session exactly as a user runs
     it (about 5 minutes): the state `make ui`, the README and the CLI docstrings start from. Tests
     that use it must not depend on each other's writes; ones that only read come first by name.
-    Its output is `demo.log` beside the home."""
+    Its output is `demo.log` beside the home.
+
+    FACTORY_TEST_DEMO_HOME=PATH reuses a home a finished `make demo` left at PATH instead (for
+    working on these tests: `FACTORY_HOME=/tmp/demo_x make demo` once, then every run starts at
+    once). The tests may write to it as they would to the fixture's own, so give them a home of
+    your own, never one you are looking at."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FACTORY_", "DAGSTER_"))}
+    reuse = os.environ.get("FACTORY_TEST_DEMO_HOME")
+    if reuse:
+        home = Path(reuse).resolve()
+        assert (home / "lake").is_dir() and (home / "dagster").is_dir(), \
+            f"FACTORY_TEST_DEMO_HOME={reuse}: not a home `make demo` finished in (no lake/ and dagster/ there)"
+        return env | {"FACTORY_HOME": str(home), "DAGSTER_HOME": str(home / "dagster"), "PYTHONUNBUFFERED": "1"}
     root = tmp_path_factory.mktemp("demo")
     home = root / "factory"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("FACTORY_", "DAGSTER_"))}
     env |= {"FACTORY_HOME": str(home), "DAGSTER_HOME": str(home / "dagster"), "PYTHONUNBUFFERED": "1"}
     with open(root / "demo.log", "w") as log:
         done = subprocess.run(["make", "-C", str(ROOT), "demo", f"FACTORY_HOME={home}"], env=env,
                               stdout=log, stderr=subprocess.STDOUT, timeout=1800)
     assert done.returncode == 0, f"make demo failed: {(root / 'demo.log').read_text()[-4000:]}"
     return env
+
+
+def _processes_with(needle: bytes, session: int | None) -> list[str]:
+    """'pid cmdline' of live processes whose environment holds `needle` or in session `session`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if fields[0] == "Z":
+                continue
+            in_session = session is not None and int(fields[3]) == session
+            if in_session or needle in (entry / "environ").read_bytes().split(b"\0"):
+                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                found.append(f"{entry.name} {cmd[:200]}")
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+@pytest.fixture
+def leftovers():
+    """`leftovers(env, session=None, wait=10, var="FACTORY_HOME") -> ['pid cmdline', ...]`: processes
+    still alive that were started with `env` (its `var`, unique per test, is inherited by every
+    descendant) or that are in process session `session`, after waiting up to `wait` s for them to go."""
+    def scan(env: dict, session: int | None = None, wait: float = 10, var: str = "FACTORY_HOME") -> list[str]:
+        needle = f"{var}={env[var]}".encode()
+        deadline = time.monotonic() + wait
+        while (found := _processes_with(needle, session)) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        return found
+
+    return scan
