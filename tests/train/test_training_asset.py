@@ -172,7 +172,7 @@ def test_trainer_subprocesses_write_to_the_rest_lake_and_create_no_sqlite_catalo
     second = materialize_smoke(home, short, deploy=str(deploy))
     assert second.success, failure(second)
     assert metadata(second)["checkpoints"] == ids[1:], "the relaunch resumed after step 2"
-    assert metadata(second)["deploy"] == f"{catalog.profile.name}: rest catalog {catalog.profile.catalog.uri}, local launcher"
+    assert metadata(second)["details"]["deploy"] == f"{catalog.profile.name}: rest catalog {catalog.profile.catalog.uri}, local launcher"
 
     fresh = catalog.lake(home)  # a new client: what the two trainer processes committed
     assert [r["checkpoint_id"] for r in checkpoints(fresh, SMOKE)] == ids
