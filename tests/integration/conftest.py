@@ -82,21 +82,33 @@ def server(tmp_path):
         log.close()
 
 
+def wait_until_up(probe, proc: subprocess.Popen, log: Path, timeout: float, what: str, errors=(Exception,)):
+    """`probe()`'s value once it stops raising `errors` (the server answers); fails with the log's tail
+    if `proc` exits first or `timeout` s pass."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return probe()
+        except errors:
+            tail = log.read_text()[-3000:]
+            assert proc.poll() is None, f"{what} exited {proc.returncode}:\n{tail}"
+            assert time.monotonic() < deadline, f"{what} did not answer in {timeout:.0f} s:\n{tail}"
+            time.sleep(1)
+
+
+@pytest.fixture
+def wait_up():
+    """`wait_up(probe, proc, log, timeout, what, errors=(Exception,))`: see `wait_until_up`."""
+    return wait_until_up
+
+
 @pytest.fixture
 def dagster_dev(factory_env, tmp_path, server):
     port = _free_port()
     proc = server("dagster-dev", [str(DAGSTER), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
                   factory_env)
     client = DagsterGraphQLClient("127.0.0.1", port_number=port)
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            client._execute("{ version }")
-            break
-        except Exception:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"dagster dev did not come up: {(tmp_path / 'dagster-dev.log').read_text()[-3000:]}")
-            time.sleep(1)
+    wait_until_up(lambda: client._execute("{ version }"), proc, tmp_path / "dagster-dev.log", 120, "dagster dev")
     client.url = f"http://127.0.0.1:{port}"  # for factory.experiments.launcher.GraphQL
     return client
 

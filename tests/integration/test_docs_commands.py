@@ -221,6 +221,11 @@ def write_sources_yaml(scratch: Path) -> None:
     (scratch / "notes" / "readme.md").write_text("# Notes\n\nA short note the notes source ingests.\n")
 
 
+def get_json(url: str):
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return json.loads(response.read())
+
+
 def run_command(command: str, env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=timeout)
@@ -292,20 +297,11 @@ def test_a_documented_make_target_runs_what_the_docs_say(target):
 
 
 @pytest.mark.parametrize("command", [c for _, c in DOCUMENTED if is_serve(c)])
-def test_factory_serve_answers_and_stops_by_pid(command, demo, server, free_port, tmp_path):
+def test_factory_serve_answers_and_stops_by_pid(command, demo, server, free_port, tmp_path, wait_up):
     filled = fill(command, demo["run"], tmp_path)
     proc = server("serve", ["bash", "-c", f"exec {filled} --port {free_port}"], {**demo["env"], "OMP_NUM_THREADS": "1"},
                   whole_group=True)
-    deadline = time.monotonic() + 300
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{free_port}/v1/models", timeout=5) as r:
-                models = json.loads(r.read())
-            break
-        except OSError:
-            log = (tmp_path / "serve.log").read_text()
-            assert proc.poll() is None, f"`{filled}` exited {proc.returncode}:\n{log[-3000:]}"
-            assert time.monotonic() < deadline, f"`{filled}` did not answer in 300 s:\n{log[-3000:]}"
-            time.sleep(2)
+    models = wait_up(lambda: get_json(f"http://127.0.0.1:{free_port}/v1/models"), proc, tmp_path / "serve.log",
+                     300, f"`{filled}`", errors=OSError)
     assert [m["id"] for m in models["data"]] == [f"export/{demo['run']}@120"]
     # the fixture's teardown stops the server's process group by PID

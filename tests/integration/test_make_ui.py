@@ -29,22 +29,16 @@ def _default_signals():  # a terminal's job gets default handlers (pytest's may 
 
 @pytest.mark.parametrize("stop", ["ctrl-c", "kill"])
 def test_stopping_make_ui_stops_the_webserver_daemon_code_server_and_run_workers(stop, factory_env, free_port,
-                                                                                  leftovers, tmp_path):
+                                                                                  leftovers, tmp_path, wait_up):
     env = {**factory_env, "DAGSTER_PORT": str(free_port)}
     with open(tmp_path / "make-ui.log", "w") as log:
         make = subprocess.Popen(["make", "-C", str(ROOT), "ui"], env=env, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True, preexec_fn=_default_signals)
     try:
         client = DagsterGraphQLClient("127.0.0.1", port_number=free_port)
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                client._execute("{ version }")
-                break
-            except Exception:  # not up yet (connection refused, or the code location still loading)
-                log = (tmp_path / "make-ui.log").read_text()[-3000:]
-                assert make.poll() is None and time.monotonic() < deadline, log
-                time.sleep(1)
+        deadline = time.monotonic() + 300  # for the webserver to answer and the daemon to start the run
+        # not up yet: connection refused, or the code location still loading
+        wait_up(lambda: client._execute("{ version }"), make, tmp_path / "make-ui.log", 300, "make ui")
         # a run in progress when the user stops the UI: its worker and log tailers must go too
         sources = ("python_stdlib", "site_packages", "package_docs")
         run_id = client.submit_job_execution("ingest_job", run_config={"ops": {

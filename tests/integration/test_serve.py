@@ -6,7 +6,6 @@ Marked `slow` (~60-90 s: the server imports vLLM and starts an engine on CPU).""
 import json
 import os
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -19,13 +18,18 @@ pytestmark = pytest.mark.slow
 FACTORY = Path(sys.executable).parent / "factory"
 
 
+def _get(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return json.loads(response.read())
+
+
 def _post(url: str, body: dict) -> dict:
     request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=60) as response:
         return json.loads(response.read())
 
 
-def test_served_export_answers_like_the_reference(trained_checkpoints, tmp_path, server, free_port):
+def test_served_export_answers_like_the_reference(trained_checkpoints, tmp_path, server, free_port, wait_up):
     lake = trained_checkpoints.lake
     export = export_checkpoint(lake, trained_checkpoints.checkpoint_ids[-1])
     port = free_port
@@ -33,16 +37,7 @@ def test_served_export_answers_like_the_reference(trained_checkpoints, tmp_path,
     proc = server("serve", [str(FACTORY), "serve", export.export_id, "--home", str(lake.home), "--port", str(port)],
                   env, whole_group=True)
     base = f"http://127.0.0.1:{port}/v1"
-    deadline = time.monotonic() + 240
-    while True:
-        try:
-            with urllib.request.urlopen(f"{base}/models", timeout=5) as r:
-                models = json.loads(r.read())
-            break
-        except OSError:
-            assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "server did not come up"
-            time.sleep(2)
+    models = wait_up(lambda: _get(f"{base}/models"), proc, tmp_path / "serve.log", 240, "factory serve", errors=OSError)
     assert [m["id"] for m in models["data"]] == [export.export_id]
     assert "serving export/evalsmoke@8" in (tmp_path / "serve.log").read_text()
 
