@@ -10,10 +10,13 @@ sections (`base().derive(...)`). Pick one with `FACTORY_DEPLOY=<name>` (or `--de
 - `loopback`: the cluster engines, started on 127.0.0.1 by `make cluster-up` — an Iceberg REST
   catalog with its warehouse on S3 (SeaweedFS), a Spark standalone master with two workers.
 - `loopback_postgres`: the embedded engines with the Dagster instance on loopback PostgreSQL.
+- `kubernetes`: Dagster's chart on a cluster, runs placed on node pools by asset kind
+  (`factory deploy render --deploy kubernetes`; deploy/README.md).
 """
 
 from configs.deploy.embedded import embedded
+from configs.deploy.kubernetes import kubernetes
 from configs.deploy.loopback import loopback, loopback_postgres
 from factory.deploy import DeployConfig
 
-__all__ = ["DeployConfig", "embedded", "loopback", "loopback_postgres"]
+__all__ = ["DeployConfig", "embedded", "kubernetes", "loopback", "loopback_postgres"]

