@@ -18,6 +18,7 @@ defs = Definitions(
     sensors=sensors,
     resources=default_resources(),
     # One process per run: the Spark steps of a run share one SparkSession (a JVM start is
-    # 10-15 s). On Kubernetes, deployment config swaps in k8s_job_executor.
+    # 10-15 s). On Kubernetes that process is the run's pod, placed by its asset kind
+    # (resources.k8s_launcher; its factory_k8s_job_executor is the pod-per-step alternative).
     executor=in_process_executor,
 )

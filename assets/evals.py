@@ -38,6 +38,7 @@ from dagster import (
 
 from assets._metadata import display, table
 from configs.evals import suite as eval_suite
+from factory.deploy.kube.placement import op_tags
 from factory.evals import evaluate
 from factory.evals.results import previous_results
 from factory.infer import export_checkpoint, find_checkpoint, find_export
@@ -62,7 +63,7 @@ def checkpoint_key(checkpoint_id: str) -> str:
     check_specs=[AssetCheckSpec("logits_match", asset="checkpoint_export", blocking=True,
                                 description="Logits of ours, transformers' LlamaForCausalLM and the engine (vLLM) "
                                             "agree in fp32 on a fixed prompt set; greedy generations match.")],
-    op_tags={"factory/kind": "eval"},
+    op_tags=op_tags("export"),
     description="A checkpoint exported to the Hugging Face Llama format (config.json, model.safetensors, "
                 "tokenizer files) at a content-addressed path under artifacts/exports.",
 )
@@ -98,7 +99,7 @@ class EvalConfig(Config):
     partitions_def=checkpoint_partitions,
     group_name="evals",
     kinds={"iceberg", "python"},
-    op_tags={"factory/kind": "eval"},
+    op_tags=op_tags("eval"),
     description="The eval suite on one checkpoint's export: bits per byte on held-out splits, HumanEval "
                 "pass@k in the sandbox, next-line completion. Scores in evals.results, items in evals.samples.",
 )

@@ -19,6 +19,7 @@ from dagster import (
 
 from assets._metadata import display
 from configs.mixes import mix_names, mix_spec
+from factory.deploy.kube.placement import op_tags
 from factory.mix import MixVersion, register_mix_version, version_problems
 from resources.lake import LakeResource
 
@@ -41,6 +42,7 @@ def _deps() -> list[AssetKey]:
     deps=_deps(),
     partitions_def=mix_partitions,
     group_name="mix",
+    op_tags=op_tags("mix"),
     kinds={"iceberg", "python"},
     check_specs=[AssetCheckSpec(name, asset="mix", description=d, blocking=True) for name, d in CHECKS.items()],
     description="A mix version: weights over pinned table snapshots, tokenizer pinned, token estimates. "

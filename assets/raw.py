@@ -13,6 +13,7 @@ from dagster import AssetsDefinition, Config, MaterializeResult, MetadataValue, 
 from assets._metadata import display
 from configs.sources import EMBEDDED, embedded_source
 from factory.data.ingest import IngestResult, ingest_source
+from factory.deploy.kube.placement import op_tags
 from resources.lake import LakeResource
 
 
@@ -34,6 +35,7 @@ def _raw_asset(name: str) -> AssetsDefinition:
         name=name,
         key_prefix=["raw"],
         group_name="raw",
+        op_tags=op_tags("refine"),
         kinds={"iceberg", "python"},
         description=f"Iceberg table `raw.{name}`: {EMBEDDED[name].__doc__} Config: configs/sources.py.",
     )

@@ -22,6 +22,7 @@ from factory.data.objectstore import executor_s3
 from factory.data.refine import checks
 from factory.data.refine.config import RefineConfig
 from factory.data.refine.pipeline import StepReport, run_step
+from factory.deploy.kube.placement import op_tags
 from resources.lake import LakeResource
 from resources.spark import SparkResource
 
@@ -58,6 +59,7 @@ def _step_asset(pipeline: RefineConfig, index: int) -> AssetsDefinition:
         key=_key(table),
         deps=deps,
         group_name=f"refine_{pipeline.source}",
+        op_tags=op_tags("refine"),
         kinds={"spark", "iceberg"},
         description=f"{pipeline.source}: {step.kind} — {type(step).__doc__.strip()} Drops go to refined.exclusions.",
     )

@@ -22,6 +22,7 @@ from dagster import (
 )
 
 from assets._metadata import display, table
+from factory.deploy.kube.placement import op_tags
 from factory.experiments.automix import propose_from_sweep
 from factory.experiments.registry import discover_sweeps, get_sweep
 from factory.experiments.results import display_rows, plot, write_sweep_results
@@ -38,6 +39,7 @@ sweep_partitions = StaticPartitionsDefinition(sorted(discover_sweeps().found))
     partitions_def=sweep_partitions,
     deps=[AssetDep("eval_scores", partition_mapping=AllPartitionMapping())],
     group_name="sweeps",
+    op_tags=op_tags("sweep"),
     kinds={"iceberg"},
     description="Iceberg `sweeps.results`: each cell of a sweep (the partition) with its config and final eval "
                 "metrics; metadata ranks the cells and plots them.",
@@ -75,6 +77,7 @@ class AutomixConfig(Config):
     key="automix",
     deps=[AssetDep(["sweeps", "results"]), AssetDep("eval_scores", partition_mapping=AllPartitionMapping())],
     group_name="sweeps",
+    op_tags=op_tags("mix"),  # it registers a mix version, on the CPU pool
     kinds={"iceberg"},
     description="RegMix: regress the proxies' held-out loss on their mix weights and register the proposed mix "
                 "(mixes.versions, lineage to every proxy run).",

@@ -11,6 +11,7 @@ from dagster import AssetsDefinition, Config, MaterializeResult, MetadataValue, 
 
 from assets._metadata import display
 from configs.synth import PIPELINES, pipeline
+from factory.deploy.kube.placement import op_tags
 from factory.infer.export import find_export, latest_export
 from factory.overrides import override
 from factory.sandbox import Sandbox
@@ -36,7 +37,7 @@ def _synth_asset(name: str) -> AssetsDefinition:
         key_prefix=["synthetic"],
         group_name="synthetic",
         kinds={"iceberg", "python"},
-        op_tags={"factory/kind": "synth"},
+        op_tags=op_tags("synth"),
         description=f"Iceberg table `synthetic.{name}`: {config.description} Config: configs/synth/{name}.py.",
     )
     def _asset(context, config: SynthConfig, lake: LakeResource, inference: InferenceResource,

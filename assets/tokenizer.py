@@ -12,6 +12,7 @@ from dagster import AssetKey, Config, MaterializeResult, MetadataValue, asset
 
 from assets._metadata import display
 from configs.tokenizer import tokenizers
+from factory.deploy.kube.placement import op_tags
 from factory.overrides import override
 from factory.tokenize import TokenizerArtifact, train_tokenizer
 from resources.lake import LakeResource
@@ -34,6 +35,7 @@ def _deps() -> list[AssetKey]:
     key="tokenizer",
     deps=_deps(),
     group_name="tokenize",
+    op_tags=op_tags("tokenize"),
     kinds={"python"},
     description="Byte-level BPE (bos/eos/pad/FIM specials) trained on a deterministic sample of the "
                 "refined tables; held-out documents excluded. Config: configs/tokenizer.py.",

@@ -11,12 +11,13 @@ sections (`base().derive(...)`). Pick one with `FACTORY_DEPLOY=<name>` (or `--de
   catalog with its warehouse on S3 (SeaweedFS), a Spark standalone master with two workers.
 - `loopback_postgres`: the embedded engines with the Dagster instance on loopback PostgreSQL.
 - `kubernetes`: Dagster's chart on a cluster, runs placed on node pools by asset kind
-  (`factory deploy render --deploy kubernetes`; deploy/README.md).
+  (`factory deploy render --deploy kubernetes`; deploy/README.md); `kubernetes_served` sends evals
+  and synthetic generation to the vLLM Service instead.
 """
 
 from configs.deploy.embedded import embedded
-from configs.deploy.kubernetes import kubernetes
+from configs.deploy.kubernetes import kubernetes, kubernetes_served
 from configs.deploy.loopback import loopback, loopback_postgres
 from factory.deploy import DeployConfig
 
-__all__ = ["DeployConfig", "embedded", "kubernetes", "loopback", "loopback_postgres"]
+__all__ = ["DeployConfig", "embedded", "kubernetes", "kubernetes_served", "loopback", "loopback_postgres"]

@@ -29,6 +29,9 @@ from factory.deploy.config import (
 )
 
 IMAGE = "ghcr.io/model-factory/factory:0.1.0-gpu"
+# The export the vLLM Deployment serves: replace both with yours (`factory export` prints the directory).
+SERVED = ServingProfile(export="export/smoke-6adb0d12@10", export_dir="smoke-6adb0d12@10-bb33dd677365")
+ENDPOINT = f"http://vllm.factory.svc:{SERVED.port}/v1"
 GPU_TAINT = [Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")]
 
 # evals > training > sweep cells > synthetic backfill. Evals preempt anything below them; synthetic
@@ -71,9 +74,20 @@ def kubernetes() -> DeployConfig:
                            conf={"spark.kubernetes.namespace": "factory", "spark.kubernetes.container.image": IMAGE,
                                  "spark.executor.instances": "4", "spark.executor.memory": "8g"}),
         training=TrainingProfile(launcher="kubernetes", preemption_grace_s=90),
-        inference=InferenceProfile(kind="vllm", dtype="bfloat16"),
+        # evals and exports check each new checkpoint on their own pod's GPU, in fp32 (the equivalence
+        # check compares at fp32); `kubernetes_served` sends evals and synthetic data to the vLLM Service
+        inference=InferenceProfile(kind="vllm", dtype="float32"),
         tracker=TrackerProfile(mlflow_tracking_uri="http://mlflow.factory.svc:5000"),
         dagster=DagsterProfile(storage="postgres", postgres=PostgresConfig(
             host="dagster-postgresql.factory.svc", password=Secret(env="FACTORY_DAGSTER_PG_PASSWORD"))),
-        kubernetes=KubernetesProfile(image=IMAGE, priority_classes=PRIORITIES, kinds=KINDS, serving=ServingProfile()),
+        kubernetes=KubernetesProfile(image=IMAGE, priority_classes=PRIORITIES, kinds=KINDS, serving=SERVED),
     )
+
+
+def kubernetes_served() -> DeployConfig:
+    """The cluster with evals and synthetic generation sent to the vLLM Service (elastic, behind its
+    HPA) instead of an engine in each pod. The Service serves one export (`SERVED`): an eval of any
+    other export is refused, naming what the Service serves."""
+    k8s = kubernetes()
+    return k8s.derive(name="kubernetes_served", description=k8s.description + "; evals and synthetic data through "
+                      "the vLLM Service", inference=InferenceProfile(kind="openai", endpoint=ENDPOINT, dtype="float32"))

