@@ -21,7 +21,7 @@ class InferenceResource(ConfigurableResource):
 
     # plain strings: Dagster config cannot take Optional[Literal]; EngineConfig validates them
     kind: Optional[str] = None
-    """vllm or transformers; None = the profile's."""
+    """vllm, transformers or openai (the profile's `endpoint`); None = the profile's."""
     dtype: Optional[str] = None
     """float32, bfloat16 or float16; None = the profile's."""
     kv_cache_gib: Optional[float] = None
@@ -33,8 +33,10 @@ class InferenceResource(ConfigurableResource):
     def engine_config(self) -> EngineConfig:
         profile = load_profile(self.deploy).inference
         fields = ("kind", "dtype", "kv_cache_gib", "gpu_memory_utilization", "max_num_seqs")
-        return EngineConfig(**{f: getattr(self, f) if getattr(self, f) is not None else getattr(profile, f)
-                               for f in fields})
+        values = {f: getattr(self, f) if getattr(self, f) is not None else getattr(profile, f) for f in fields}
+        if values["kind"] == "openai":  # the server, its key and limits: the profile's only
+            values |= {f: getattr(profile, f) for f in ("endpoint", "api_key", "timeout_s", "max_concurrency")}
+        return EngineConfig(**values)
 
     def engine(self, export: ExportRef):
         return open_engine(export, self.engine_config())

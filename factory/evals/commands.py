@@ -2,7 +2,8 @@
 
 `export` and `eval` are the calls the `checkpoint_export` / `eval_scores` assets make (export,
 equivalence check, suite), so a researcher can reproduce a sensor-launched eval by hand; `eval`
-refuses to score an export that fails the equivalence check. `serve` starts vLLM's
+refuses to score an export that fails the equivalence check; `--engine openai --endpoint URL` runs
+both against a vLLM server (`factory serve`'s, or the cluster's). `serve` starts vLLM's
 OpenAI-compatible server on loopback for an export.
 """
 
@@ -28,16 +29,30 @@ def _typed(lake, text: str, *, run: bool = False, also: tuple[str, ...] = ()) ->
     return as_typed(lake, text, run=run, also=also)
 
 
+def _engine_config(args):
+    """`--engine` (and `--endpoint` for openai: a server such as `factory serve`'s)."""
+    from pydantic import ValidationError
+
+    from factory.deploy import DeployError
+    from factory.infer import EngineConfig
+
+    try:
+        return EngineConfig(kind=args.engine, endpoint=getattr(args, "endpoint", None))
+    except ValidationError as exc:
+        raise DeployError(f"--engine {args.engine}: {exc.errors()[0]['msg'].removeprefix('Value error, ')}") from None
+
+
 def cmd_export(args, out: Console) -> int:
-    from factory.infer import EngineConfig, export_checkpoint, find_checkpoint
+    from factory.infer import export_checkpoint, find_checkpoint
     from factory.infer.equivalence import verify_export
 
+    engine = _engine_config(args)  # a bad --engine/--endpoint fails before the export
     lake = _lake(args)
     checkpoint = find_checkpoint(lake, _typed(lake, args.checkpoint))
     export = export_checkpoint(lake, checkpoint, asset_key="cli")
     out.print(f"{export.export_id}: {export.path} (sha256 {export.sha256[:12]})")
     if not args.no_check:
-        report = verify_export(lake, export, EngineConfig(kind=args.engine), checkpoint=checkpoint)
+        report = verify_export(lake, export, engine, checkpoint=checkpoint)
         out.print(report.summary())
         for problem in report.problems:
             out.print(f"  - {problem}")
@@ -48,12 +63,13 @@ def cmd_export(args, out: Console) -> int:
 def cmd_eval(args, out: Console) -> int:
     from configs.evals import suite as eval_suite
     from factory.evals.suite import evaluate_checkpoint
-    from factory.infer import EngineConfig, find_checkpoint
+    from factory.infer import find_checkpoint
 
+    engine = _engine_config(args)
     lake = _lake(args)
     checkpoint = find_checkpoint(lake, _typed(lake, args.checkpoint))
     suite = eval_suite(args.suite or checkpoint.plan.experiment.eval_suite)
-    result = evaluate_checkpoint(lake, checkpoint, suite, EngineConfig(kind=args.engine),
+    result = evaluate_checkpoint(lake, checkpoint, suite, engine,
                                  log=lambda m: out.print(m, markup=False))
     out.print(f"\n{result.eval_id}\n")
     out.print(result.table)

@@ -2,7 +2,8 @@
 
 Purpose: evals, the equivalence check, synthetic-data generators and `factory serve` all talk to
 an `Engine` — batched generation and log-likelihood scoring over token ids — so swapping vLLM on
-a GPU for vLLM's CPU build, or for the transformers reference, is configuration (`EngineConfig`).
+a GPU for vLLM's CPU build, for a shared vLLM server (`openai`: the cluster's Service, see
+`openai_engine.py`), or for the transformers reference, is configuration (`EngineConfig`).
 
 Design:
 - Requests are token ids, not text: both engines then see exactly the same inputs, and a caller
@@ -21,8 +22,10 @@ import abc
 from typing import Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from factory.health.infer import instrument_engine
+from factory.deploy.config import Secret, check_endpoint
 from factory.infer.export import ExportRef
 
 
@@ -31,12 +34,22 @@ class EngineConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    kind: Literal["vllm", "transformers"] = Field("vllm", description="vllm = the engine; transformers = reference.")
+    kind: Literal["vllm", "transformers", "openai"] = Field(
+        "vllm", description="vllm = the engine; transformers = reference; openai = a vLLM server at `endpoint`.")
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Compute dtype (fp32 on CPU).")
     kv_cache_gib: float = Field(1.0, gt=0, description="vLLM CPU KV cache (VLLM_CPU_KVCACHE_SPACE), GiB.")
     gpu_memory_utilization: float = Field(0.85, gt=0, le=1, description="vLLM on GPU: fraction of memory it may use.")
     max_num_seqs: int = Field(64, ge=1, description="Sequences vLLM schedules together.")
     seed: int = Field(0, description="Engine seed (sampling requests carry their own seeds too).")
+    endpoint: str | None = Field(None, description="openai: the server's base URL, http(s)://host:port/v1.")
+    api_key: Secret | None = Field(None, description="openai: the server's bearer token.")
+    timeout_s: float = Field(300.0, gt=0, description="openai: seconds one request may take.")
+    max_concurrency: int = Field(16, ge=1, description="openai: requests in flight at once.")
+
+    @model_validator(mode="after")
+    def _endpoint(self):
+        check_endpoint(self.kind, self.endpoint, self.api_key)
+        return self
 
 
 class SamplingConfig(BaseModel):
@@ -64,6 +77,10 @@ class Engine(abc.ABC):
     """Batched generation and scoring over one export."""
 
     name: str
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        instrument_engine(cls)  # every engine's calls timed and counted, present and future (factory.health.infer)
 
     def __init__(self, export: ExportRef, config: EngineConfig):
         from transformers import AutoConfig, PreTrainedTokenizerFast
@@ -185,6 +202,10 @@ def open_engine(export: ExportRef, config: EngineConfig = EngineConfig()) -> Eng
             from factory.infer.vllm_engine import VLLMEngine
 
             _OPEN[key] = VLLMEngine(export, config)
+        elif config.kind == "openai":
+            from factory.infer.openai_engine import OpenAIEngine
+
+            _OPEN[key] = OpenAIEngine(export, config)
         else:
             _OPEN[key] = TransformersEngine(export, config)
     return _OPEN[key]
