@@ -18,12 +18,14 @@ silently injecting nothing and letting a recovery test pass without exercising r
 | `spike_at_steps` | those steps' loss is x1000 (a spike for the guards) |
 | `corrupt` | `{"step", "rank", "param"}`: after that step, one rank adds 1e-3 to one parameter |
 | `corrupt_export` | an export scales one weight matrix by 1.01 (the parity check must catch it) |
+| `checkpoint_stall_s` | each checkpoint file waits that long between its temp file's fsync and its rename (a slow disk) |
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -48,6 +50,7 @@ class Faults(BaseModel):
     spike_at_steps: frozenset[int] = frozenset()
     corrupt: Corruption | None = None
     corrupt_export: bool = False
+    checkpoint_stall_s: float = Field(0.0, ge=0)
 
     def loss_scale(self, step: int) -> float:
         """What the loss of optimizer step `step` (1-based) is multiplied by: 1.0 unless faulted."""
@@ -63,6 +66,13 @@ class Faults(BaseModel):
 
             with torch.no_grad():
                 dict(model.named_parameters())[spec.param].add_(1e-3)
+
+    def checkpoint_stall(self):
+        """The `save_checkpoint` hook that stalls each file's write before its rename; None (no
+        hook) unless asked for."""
+        if not self.checkpoint_stall_s:
+            return None
+        return lambda path: time.sleep(self.checkpoint_stall_s)
 
     def kill_after(self, step: int) -> None:
         """SIGKILL this process, if asked for after `step`: no exception, nothing may flush or

@@ -5,7 +5,7 @@ from dagster import AssetKey, AssetSelection, define_asset_job
 from assets.evals import checkpoint_partitions
 from assets.refine import dedup_asset_keys
 from assets.sweeps import sweep_partitions
-from factory.experiments.queue import PRIORITY
+from factory.experiments.queue import PRIORITY, RETRIES
 
 # Run-queue priorities (`dagster/priority`, higher starts first): evals jump ahead of training,
 # sweep cells wait behind it (factory.experiments.queue).
@@ -40,7 +40,9 @@ train_job = define_asset_job(
     selection=AssetSelection.assets(AssetKey("training_run")),
     description="Train one run (partition <experiment>-<hash8>, added when it is queued); resumes from its latest "
                 "valid checkpoint.",
-    tags={"factory/kind": "training", "dagster/priority": str(PRIORITY["training"])},
+    # retried (configs/dagster.yaml enables run retries): a preempted run resumes from its checkpoint
+    tags={"factory/kind": "training", "dagster/priority": str(PRIORITY["training"]),
+          "dagster/max_retries": str(RETRIES)},
 )
 
 eval_job = define_asset_job(

@@ -20,8 +20,10 @@ def default_resources() -> dict:
         "tracker": TrackerResource(),
         "inference": InferenceResource(),
         "sandbox": SandboxResource(),
-        # At scale: PipesK8sClient (dagster-k8s) launching torchrun pods instead.
-        "pipes_subprocess_client": PipesSubprocessClient(cwd=str(CHECKOUT)),
+        # training.launcher 'kubernetes': the asset builds a PipesK8sClient itself (resources.k8s_training)
+        # a stopped run worker forwards SIGINT to the trainer, which then checkpoints the step in
+        # progress (factory.train.preempt): wait the default preemption grace and a margin, not 20 s
+        "pipes_subprocess_client": PipesSubprocessClient(cwd=str(CHECKOUT), termination_timeout_seconds=90),
     }
 
 

@@ -8,8 +8,8 @@ queued from (`source`), the tags the run queue acts on, and the run's Markdown c
 beside its future checkpoints.
 
 Tags are few because the UI's runs list shows every one on every row: `factory/kind` (what the
-instance's concurrency limits count), `dagster/priority` (Dagster hides its own `dagster/` tags in
-the list) and, for a sweep cell, `factory/sweep`. The run name is the `dagster/partition` tag, so
+instance's concurrency limits count), `dagster/priority` and `dagster/max_retries` (Dagster hides its
+own `dagster/` tags in the list) and, for a sweep cell, `factory/sweep`. The run name is the `dagster/partition` tag, so
 "has this run been queued, run or finished?" is a query on that tag, whoever launched the run
 (the sensor, `factory experiment submit`, `dagster asset materialize`, the UI). The identity hash
 is in the run name (first 8 characters), the run config's experiment and the card; a cell's
@@ -26,6 +26,10 @@ the mix's sequences is an error here, naming the experiment, never a run that fa
 Run-queue priorities (Dagster's `dagster/priority`, higher starts first): evals jump ahead of
 training, and sweep cells wait behind hand-launched training. `factory/kind` carries the class
 the instance's tag concurrency limits count (one `training` run at a time locally).
+
+Retries: a training run is retried `RETRIES` times (`dagster/max_retries`; the instance enables
+run retries, configs/dagster.yaml). A preempted trainer exits after checkpointing the step in
+progress (`factory.train.preempt`), its run fails, and the retry resumes from that checkpoint.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from factory.experiments.sweep import SweepConfig, check_token_budget, expand, r
 from factory.home import run_dir
 
 PRIORITY = {"eval": 10, "training": 0, "sweep": -10}
+RETRIES = 3  # preemptions (or lost run workers) a training run survives before it stays failed
 RERUNNABLE = {"FAILURE", "CANCELED"}  # a config whose runs all ended so may be queued again; any other status blocks it
 TRAIN_JOB = "train_job"
 
@@ -80,7 +85,8 @@ def queued_run(lake, experiment: ExperimentConfig, *, source: str, kind: str = "
     queued = QueuedRun(run=run, experiment=experiment, config_hash=plan.config_hash, card=card,
                        card_path=str(run_dir(lake.home, run) / "card.md"), tokens=plan.tokens,
                        steps=plan.steps, source=source,
-                       tags={"factory/kind": "training", "dagster/priority": str(PRIORITY[kind]), **(tags or {})})
+                       tags={"factory/kind": "training", "dagster/priority": str(PRIORITY[kind]),
+                             "dagster/max_retries": str(RETRIES), **(tags or {})})
     if write:
         queued.save_card(lake)
     return queued

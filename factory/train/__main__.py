@@ -16,7 +16,12 @@ deployment profile as JSON (`FACTORY_DEPLOY_JSON`), so checkpoints, metrics and 
 lake the asset planned against, and the Pipes reporter by name (`--reporter`), so this package
 never imports Dagster. Run by hand, it takes `--deploy` or `FACTORY_DEPLOY` like the CLI.
 Fault injections for tests (`FACTORY_FAULTS`, see `factory.faults`) are read here and handed to
-the trainer; `train()` itself never looks for them.
+the trainer, and so is the profile's `training.preemption_grace_s`; `train()` itself never looks
+for them.
+
+Exit codes: 0 trained to the end; 2 a bad experiment, override or lake; 75 (`PREEMPTED_EXIT`,
+EX_TEMPFAIL) stopped by SIGTERM after checkpointing the step in progress, so run it again to
+continue (`factory.train.preempt`); anything else is a crash.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from factory.experiments.spec import OverrideError
 from factory.experiments.sweep import run_name
 from factory.lake import LakeError
 from factory.train.distributed import shutdown
+from factory.train.preempt import PREEMPTED_EXIT, Preempted, sigint_as_sigterm
 from factory.train.report import open_reporter
 from factory.train.trainer import train
 
@@ -46,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--home", help="FACTORY_HOME")
     parser.add_argument("--deploy", help="deployment profile (default: the one handed down, else $FACTORY_DEPLOY, else embedded)")
     parser.add_argument("--reporter", help="module:function, a context manager yielding a Reporter (default: terminal)")
+    parser.add_argument("--sigint-is-preemption", action="store_true",
+                        help="checkpoint and exit 75 on SIGINT as on SIGTERM (Dagster Pipes forwards a run's "
+                             "termination as SIGINT)")
     overrides = parser.add_argument_group("overrides", "validated like the experiment; the same as the training_run "
                                                        "asset's run config")
     overrides.add_argument("--steps", type=int, help="train this many optimizer steps (replaces a tokens length)")
@@ -64,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         experiment = experiment.with_run_overrides(steps=args.steps, checkpoint_every=args.checkpoint_every,
                                                    eval_every=args.eval_every, eval_suite=args.eval_suite)
         faults = settings.faults()
-        lake = open_lake(load_profile(args.deploy), home=args.home)
+        profile = load_profile(args.deploy)
+        lake = open_lake(profile, home=args.home)
         plan = plan_experiment(lake, experiment)
     except OverrideError as e:  # before the lake opens; exits 2 with the usage line, naming the flag
         parser.error((f"argument --{e.override.replace('_', '-')}: " if e.override else "") + str(e))
@@ -72,10 +82,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"factory.train: error: {e}", file=sys.stderr)
         return 2
 
+    if args.sigint_is_preemption:
+        sigint_as_sigterm()
     with open_reporter(settings.distributed()[0], args.reporter) as reporter:
         try:
             result = train(plan, lake, run=args.run_name or run_name(experiment), run_id=args.run_id, reporter=reporter,
-                           faults=faults)
+                           faults=faults, preemption_grace_s=profile.training.preemption_grace_s)
+        except Preempted:  # checkpointed and recorded; the trainer's warning says where
+            return PREEMPTED_EXIT
         finally:
             shutdown()
         loss = "n/a" if result.final_loss is None else f"{result.final_loss:.4f}"

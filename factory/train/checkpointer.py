@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from factory.experiments.spec import Plan
+from factory.faults import NO_FAULTS, Faults
 from factory.lake import Lake
 from factory.train import checkpoint as ckpt
 from factory.train.distributed import Dist
@@ -38,10 +39,10 @@ class Resumed:
 
 class Checkpointer:
     def __init__(self, plan: Plan, lake: Lake, d: Dist, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                 *, run: str, run_id: str, reporter: Reporter):
+                 *, run: str, run_id: str, reporter: Reporter, faults: Faults = NO_FAULTS):
         self.plan, self.lake, self.d = plan, lake, d
         self.model, self.optimizer = model, optimizer
-        self.run, self.run_id, self.rep = run, run_id, reporter
+        self.run, self.run_id, self.rep, self.faults = run, run_id, reporter, faults
         self.config = plan.experiment.checkpoint
         self.directory = ckpt.checkpoint_dir(lake.home, run)
         self.previous: str | None = None  # the newest checkpoint id: the next one's lineage parent
@@ -86,7 +87,8 @@ class Checkpointer:
                        "rng": torch.get_rng_state(), "loader": merge_states(states), "guards": guards,
                        "plan": plan.model_dump_json(), "code_version": code_version()}
             ref = ckpt.save_checkpoint(self.directory, step, payload, run=self.run, tokens=step * plan.tokens_per_step,
-                                       loss=loss if math.isfinite(loss) else None)
+                                       loss=loss if math.isfinite(loss) else None,
+                                       _before_rename=self.faults.checkpoint_stall())
             mix = loader.version.version_id
             ckpt.record_checkpoint(self.lake, ref, experiment=plan.experiment.name, mix_version=mix,
                                    config_hash=plan.config_hash, eval_every=plan.experiment.eval_every,

@@ -23,10 +23,16 @@ Failures. `--max-restarts 0`: a dead rank ends the whole run, and the next launc
 the last checkpoint (on any world size that divides the loader's shards) instead of torchrun
 restarting workers on a possibly smaller world behind the factory's back. The rendezvous waits
 `rdzv_timeout_s` for every node to arrive, then fails instead of hanging a scheduler slot.
+
+Preemption. A SIGTERM to an agent is forwarded to its workers, which checkpoint the step in progress
+and exit (`factory.train.preempt`); `--shutdown-timeout` is the profile's `preemption_grace_s`, so
+the agent waits that long before it SIGKILLs them. The agent itself then exits 1, not the workers'
+75: the launcher learns of the preemption from the `preempted` incident instead.
 """
 
 from __future__ import annotations
 
+import math
 import sys
 
 from factory import settings
@@ -45,13 +51,18 @@ def launch_command(plan: Plan, *, home: str, run_id: str = "", run: str | None =
     scheduler's)."""
     parallel = plan.experiment.parallel
     train = ["-m", "factory.train", "--experiment-json", plan.experiment.model_dump_json(), "--home", home,
-             "--run-id", run_id] + (["--run-name", run] if run else []) + (["--reporter", reporter] if reporter else [])
+             "--run-id", run_id] + (["--run-name", run] if run else [])
+    if reporter:  # launched through Dagster Pipes, which forwards a run's termination as SIGINT
+        train += ["--sigint-is-preemption", "--reporter", reporter]
     if parallel.world_size == 1:
         return [sys.executable, *train]
     torchrun = [sys.executable, "-m", "torch.distributed.run"]
+    # a SIGTERM to the agent is forwarded to the workers; give them the grace to checkpoint before
+    # the agent's SIGKILL (torch's default waits 30 s)
+    grace = f"--shutdown-timeout={math.ceil((training or TrainingProfile()).preemption_grace_s)}"
     if parallel.nnodes == 1:
-        return [*torchrun, "--standalone", f"--nproc-per-node={parallel.nproc_per_node}", *train]
-    return [*torchrun, *rendezvous_args(plan, training, node_rank, run=run, timeout_s=rdzv_timeout_s), *train]
+        return [*torchrun, "--standalone", f"--nproc-per-node={parallel.nproc_per_node}", grace, *train]
+    return [*torchrun, *rendezvous_args(plan, training, node_rank, run=run, timeout_s=rdzv_timeout_s), grace, *train]
 
 
 def rendezvous_args(plan: Plan, training: TrainingProfile | None, node_rank: int | None, *, run: str | None,

@@ -2,7 +2,8 @@
 
 `train(plan, lake)` is the whole run for one process (torchrun starts one per rank). It resumes
 from the run's latest valid checkpoint — model, optimizer, RNG, guard windows and loader state —
-so a killed run loses at most `checkpoint.every` steps and continues bit-identically on CPU.
+so a killed run loses at most `checkpoint.every` steps and continues bit-identically on CPU; a
+SIGTERM (preemption) costs at most the step in progress (`factory.train.preempt`).
 Every decision that must agree across ranks (skip a step, switch a mix version, which
 checkpoint to resume) is taken on all-reduced values or by rank 0 and broadcast.
 
@@ -28,6 +29,7 @@ from pydantic import BaseModel
 from factory.experiments.card import render_card, write_card
 from factory.experiments.spec import Plan
 from factory.faults import NO_FAULTS, Faults
+from factory.health.train import TrainMetrics
 from factory.lake import Lake
 from factory.mix import LoaderConfig, MixLoader, agreed_resolver
 from factory.train.checkpointer import Checkpointer
@@ -37,6 +39,7 @@ from factory.train.incidents import record_incident
 from factory.train.model import Transformer, flops_per_token, param_groups
 from factory.train.perf import measure_matmul_peak, mfu
 from factory.train.plot import loss_curve_markdown
+from factory.train.preempt import Preemption
 from factory.train.replicas import ReplicaChecker
 from factory.train.report import Reporter
 from factory.train.schedule import lr_at
@@ -60,13 +63,13 @@ class TrainResult(BaseModel):
 
 
 def train(plan: Plan, lake: Lake, *, run: str | None = None, run_id: str = "", reporter: Reporter | None = None,
-          faults: Faults = NO_FAULTS) -> TrainResult:
+          faults: Faults = NO_FAULTS, preemption_grace_s: float = 60.0) -> TrainResult:
     exp, run, rep = plan.experiment, run or plan.experiment.name, reporter or Reporter()
     d = init_distributed(exp.parallel)
     started = time.monotonic()
 
     model, optimizer = _build(plan, d)
-    saver = Checkpointer(plan, lake, d, model, optimizer, run=run, run_id=run_id, reporter=rep)
+    saver = Checkpointer(plan, lake, d, model, optimizer, run=run, run_id=run_id, reporter=rep, faults=faults)
     resumed = saver.resume()  # weights, optimizer and RNG now; the loader and guards take their state below
     step = resumed.step if resumed else 0
     guards = Guards(exp.guards, resumed and resumed.guards)
@@ -77,9 +80,12 @@ def train(plan: Plan, lake: Lake, *, run: str | None = None, run_id: str = "", r
     replicas = ReplicaChecker(exp.replicas, d, model, net, micro_batch=exp.micro_batch, autocast=autocast,
                               record=record, warn=rep.warn)
     tracker, meter = _open_tracker(plan, lake, d, run, run_id), _Meter(plan, d)
+    health = TrainMetrics.open(run, d, replicas)  # Prometheus series when FACTORY_METRICS=1 (factory.health)
     rep.log(f"{run}: {plan.parameters / 1e6:.2f} M parameters, {plan.steps} steps of {plan.tokens_per_step:,} tokens"
             + (f", resuming after step {step}" if step else ""))
 
+    # a SIGTERM (preemption) stops the run after the step in progress, checkpointed (factory.train.preempt)
+    preempt = Preemption(d, preemption_grace_s, record, rep.warn, run_id=run_id)
     losses: list[tuple[int, float]] = []
     try:
         while step < plan.steps:
@@ -102,6 +108,7 @@ def train(plan: Plan, lake: Lake, *, run: str | None = None, run_id: str = "", r
                 _act_on(verdict, step, d, rep, record, saver)
             faults.corrupt_replica(step, model, d.rank)
             metrics = meter.metrics(loss, grad_norm, lr, verdict, waited, time.perf_counter() - t0)
+            health.step(step, metrics, time.perf_counter() - t0)
             if math.isfinite(loss):  # the summary's curve; the tracker keeps the NaN as well
                 losses.append((step, loss))
             if tracker.due(step):
@@ -109,16 +116,21 @@ def train(plan: Plan, lake: Lake, *, run: str | None = None, run_id: str = "", r
             _progress(rep, step, plan.steps, metrics)
             # after the update, before saving: a drifted replica must never be checkpointed as good
             replicas.after_step(step)
-            if saver.due(step):
-                saver.save(step, loss, guards.state_dict(), loader)
+            stop = preempt.agreed() and step < plan.steps  # one all-reduce: every rank stops at the same step
+            if saver.due(step) or stop:
+                saved = saver.save(step, loss, guards.state_dict(), loader)
                 tracker.flush()  # metrics are durable up to the checkpoint a relaunch resumes from
+            if stop:
+                raise preempt.stopped(step, saved)
             faults.kill_after(step)
     except BaseException:
         tracker.flush()  # a failed run keeps its curve up to the failure
         tracker.finish("FAILED")
         raise
     finally:
+        health.close()
         loader.close()
+        preempt.close()
     result = TrainResult(run=run, steps=step, tokens=step * plan.tokens_per_step, checkpoints=saver.saved,
                          final_loss=losses[-1][1] if losses else None, skipped_steps=guards.skipped,
                          incidents=guards.flagged, resumed_from=resumed and resumed.step,

@@ -50,7 +50,8 @@ def test_new_file_queues_once_and_an_edit_queues_a_new_run(tmp_path, build_train
     expected = smoke().derive(name="probe", steps=4, optimizer={"lr": 1e-3, "weight_decay": 0.1})
     assert request.partition_key == run_name(expected) and request.run_key == expected.identity_hash()
     assert json.loads(request.run_config["ops"]["training_run"]["config"]["experiment_json"])["optimizer"]["lr"] == 1e-3
-    assert request.tags == {"factory/kind": "training", "dagster/priority": "0"}  # few: the runs list shows each
+    assert request.tags == {"factory/kind": "training", "dagster/priority": "0",  # few: the runs list shows each
+                            "dagster/max_retries": "3"}
     assert request.run_config["ops"]["training_run"]["config"]["source"] == "configs/experiments/probe.py:probe"
     card = (home / "artifacts" / "runs" / request.partition_key / "card.md").read_text()
     assert "# Experiment `probe`" in card and "4 steps" in card

@@ -11,6 +11,9 @@ Through `materialize([training_run], partition_key=SMOKE)` (the smoke experiment
   resumes from step 3, saves steps 6 and 8, reports its summary (final loss, checkpoints, loss
   curve, card) as metadata, and ends with parameters bit-identical to an uninterrupted
   materialization in a second home;
+- which failures a run's retry gets: a trainer that raised (exit 1 or 2) tags its run
+  `dagster/retry_on_asset_or_op_failure=false` (it would fail the same way again); a kill
+  (code -9) and a preemption do not;
 - a lake without the mix, and `checkpoint_every=0`, fail in the asset body: nothing is launched
   (no `runs/` directory, no MLflow store).
 
@@ -48,7 +51,7 @@ import torch
 from dagster import AssetKey, DagsterInstance, PipesSubprocessClient, materialize
 from pydantic import ValidationError
 
-from assets.train import training_run
+from assets.train import NO_RETRY, _on_failure, training_run
 from configs.experiments import smoke
 from factory.experiments.sweep import run_name
 from factory.home import CHECKOUT, artifacts_dir
@@ -97,9 +100,12 @@ def test_killed_run_relaunches_from_its_last_checkpoint_and_matches_an_uninterru
     killed, straight = make_lake("killed"), make_lake("straight")
 
     training_env.setenv("FACTORY_FAULTS", json.dumps({"kill_at_step": 5}))
-    first = materialize_smoke(killed.home)
+    first_instance = DagsterInstance.ephemeral()
+    first = materialize_smoke(killed.home, instance=first_instance)
     assert not first.success
     assert "process failed with code -9" in failure(first), failure(first)  # -9: killed by SIGKILL
+    # a kill is worth a retry (it resumes from the last checkpoint): the run is not tagged against one
+    assert NO_RETRY.keys().isdisjoint(first_instance.get_run_by_id(first.run_id).tags)
     assert [r["step"] for r in checkpoints(killed, SMOKE)] == [3], "killed after step 5: step 3 is the last save"
 
     training_env.delenv("FACTORY_FAULTS")
@@ -130,6 +136,20 @@ def test_killed_run_relaunches_from_its_last_checkpoint_and_matches_an_uninterru
     assert a.keys() == b.keys()
     differ = [k for k in a if not torch.equal(a[k], b[k])]
     assert differ == [], f"parameters differ between the relaunched and the uninterrupted run: {differ}"
+
+
+def test_a_trainer_that_raised_is_not_retried_but_a_killed_one_is(make_lake):
+    lake = make_lake("retry", tokenizer=False, mix=False)  # no train.incidents: no preemption to find
+
+    class Context:  # the three things _on_failure reads: run id, log, instance
+        run_id, tagged = "run-1", []
+        log = type("Log", (), {"info": staticmethod(lambda message: None)})()
+        instance = type("Instance", (), {"add_run_tags": lambda self, run_id, tags: Context.tagged.append(tags)})()
+
+    for code, retried in (("1", False), ("2", False), ("-9", True), ("137", True)):
+        Context.tagged = []
+        _on_failure(Context, lake, SMOKE, RuntimeError(f"External execution process failed with code {code}"))
+        assert Context.tagged == ([] if retried else [NO_RETRY]), code
 
 
 @pytest.mark.slow
