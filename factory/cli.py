@@ -85,7 +85,7 @@ _USER_ERRORS = (
     ("factory.data.sources", "SourceError"), ("factory.deploy", "DeployError"),
     ("factory.experiments", "ExperimentError"), ("factory.experiments.automix", "AutomixError"),
     ("factory.experiments.launcher", "LaunchError"), ("factory.infer.export", "ExportError"),
-    ("factory.lake", "LakeError"), ("factory.mix", "MixError"), ("factory.tokenize", "TokenizerError"),
+    ("factory.infer.openai_engine", "EndpointError"), ("factory.lake", "LakeError"), ("factory.mix", "MixError"), ("factory.tokenize", "TokenizerError"),
     ("factory.train.runs", "UnknownRun"),
 )
 
@@ -172,16 +172,19 @@ def build_parser() -> argparse.ArgumentParser:
     peek.add_argument("--seed", type=int, default=0)
     peek.set_defaults(run=_lazy("factory.mix.commands", "peek"))
 
-    engines = ("vllm", "transformers")
+    engines = ("vllm", "transformers", "openai")
+    help_endpoint = "--engine openai: the vLLM server's base URL (`factory serve`: http://127.0.0.1:8000/v1)"
     export = commands.add_parser("export", parents=[home], help="export a checkpoint (HF Llama) and check equivalence")
     export.add_argument("checkpoint", help="checkpoint id: <run>@<step> or ckpt/<run>@<step>")
     export.add_argument("--engine", choices=engines, default="vllm", help="engine checked against ours")
+    export.add_argument("--endpoint", help=help_endpoint)
     export.add_argument("--no-check", action="store_true", help="skip the equivalence check")
     export.set_defaults(run=_lazy("factory.evals.commands", "export"))
     evaluate = commands.add_parser("eval", parents=[home], help="export, check and evaluate a checkpoint")
     evaluate.add_argument("checkpoint", help="checkpoint id: <run>@<step> or ckpt/<run>@<step>")
     evaluate.add_argument("--suite", help="eval suite of configs/evals.py (default: the experiment's)")
     evaluate.add_argument("--engine", choices=engines, default="vllm")
+    evaluate.add_argument("--endpoint", help=help_endpoint)
     evaluate.set_defaults(run=_lazy("factory.evals.commands", "eval"))
     scores = commands.add_parser("evals", parents=[home], help="eval scores, one row per evaluated checkpoint")
     scores.add_argument("--run", dest="run_name", help="only this run")
@@ -194,12 +197,19 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(run=_lazy("factory.evals.commands", "serve"))
     _experiment_commands(commands, home)
     _deploy_commands(commands, home)
+    metrics = commands.add_parser("metrics", parents=[home], help="factory-health metrics for Prometheus: serve")
+    serve_metrics = metrics.add_subparsers(dest="metrics_command", required=True, metavar="ACTION").add_parser(
+        "serve", parents=[home], help="serve /metrics on 127.0.0.1 from every process's series (factory.health)")
+    from factory.health.exporter import add_arguments  # light: argparse and paths only
+
+    add_arguments(serve_metrics).add_argument("--dagster-home", help="also export the Dagster run queue of this instance")
+    serve_metrics.set_defaults(run=_lazy("factory.health.exporter", "serve"))
     return parser
 
 
 def _deploy_commands(commands, home) -> None:
     module = "factory.deploy.commands"
-    deploy = commands.add_parser("deploy", parents=[home], help="deployment profiles: list, show, check, instance, up, down")
+    deploy = commands.add_parser("deploy", parents=[home], help="deployment profiles: list, show, check, instance, up, down, render")
     actions = deploy.add_subparsers(dest="deploy_command", required=True, metavar="ACTION")
     for action, text in (("list", "every profile in configs/deploy"),
                          ("show", "the active profile (or --deploy), secrets as the variables that hold them"),
@@ -207,8 +217,11 @@ def _deploy_commands(commands, home) -> None:
                          ("instance", "write the Dagster instance YAML of the profile to $DAGSTER_HOME/dagster.yaml"),
                          ("up", "start the loopback servers the profile names (SeaweedFS, Spark, PostgreSQL)"),
                          ("down", "stop the servers `deploy up` started, by PID"),
-                         ("status", "which servers `deploy up` started are still running")):
+                         ("status", "which servers `deploy up` started are still running"),
+                         ("render", "write the profile's Helm values and Kubernetes manifests, validated, to --out")):
         p = actions.add_parser(action, parents=[home], help=text)
+        if action == "render":
+            p.add_argument("--out", required=True, help="output directory (replaced only when everything validates)")
         if action == "instance":
             p.add_argument("--dagster-home", help="default: $DAGSTER_HOME, else FACTORY_HOME/dagster")
         if action in ("show", "check", "status"):

@@ -17,6 +17,9 @@ needs them, so one grep finds everything a deployment can set.
 | `FACTORY_FAULTS` | JSON fault injections for tests (`{"kill_at_step": 5}`; keys in `factory.faults`) |
 | `FACTORY_TRACKER_BACKENDS`, `FACTORY_MLFLOW_TRACKING_URI` | a training process's tracker overrides |
 | `NEPTUNE_PROJECT`, `NEPTUNE_MODE`, `NEPTUNE_API_TOKEN` | Neptune's own settings |
+| `FACTORY_METRICS` | `1`: export factory-health metrics to Prometheus (`factory.health`); unset or `0`: off |
+| `PROMETHEUS_MULTIPROC_DIR` | prometheus_client's multiprocess directory (default `FACTORY_HOME/metrics/prom` when metrics are on) |
+| `DAGSTER_HOME` | Dagster's instance (Dagster reads it; the run-queue exporter `make ui` starts polls it) |
 | `RANK`, `WORLD_SIZE`, `LOCAL_RANK` | set by torchrun for each training process |
 | `NODE_RANK`, `JOB_COMPLETION_INDEX`, `SLURM_NODEID` | a multi-node scheduler's index of this node |
 """
@@ -38,6 +41,8 @@ MLFLOW_URI = "FACTORY_MLFLOW_TRACKING_URI"
 NEPTUNE_PROJECT = "NEPTUNE_PROJECT"
 NEPTUNE_MODE = "NEPTUNE_MODE"
 NEPTUNE_TOKEN = "NEPTUNE_API_TOKEN"
+METRICS = "FACTORY_METRICS"
+PROMETHEUS_DIR = "PROMETHEUS_MULTIPROC_DIR"
 # the variables cluster schedulers set to say which node this is, in the order they are tried
 NODE_RANK_VARIABLES = ("NODE_RANK", "JOB_COMPLETION_INDEX", "SLURM_NODEID")
 
@@ -73,6 +78,15 @@ def deploy_json() -> str | None:
 
 def experiments_dir() -> str | None:
     return get(EXPERIMENTS_DIR)
+
+
+def metrics_on() -> bool:
+    """Whether factory-health metrics are on (`factory.health.enabled` is the one caller)."""
+    return (get(METRICS) or "0").lower() not in ("0", "off", "false", "no")
+
+
+def prometheus_dir() -> str | None:
+    return get(PROMETHEUS_DIR)
 
 
 def code_version_override() -> str | None:

@@ -20,6 +20,10 @@ while an eval run was in flight left `dagster dev`, its code server and gRPC ser
 webserver, the daemon and a multiprocessing resource tracker running (issue 16); 90 s later they
 were still there and ignored SIGTERM too. Under this wrapper the same stop ends in ~25 s.
 
+With `FACTORY_METRICS=1` and `--metrics-port` (`make ui` passes both), the factory-health exporter
+and Prometheus (`--prometheus-port`) start beside the command (`factory.health.local`), get the
+same SIGINT and carry the same mark.
+
 Linux only (it reads `/proc`); other systems get the process-group steps.
 """
 
@@ -68,6 +72,7 @@ class Session:
         self.grace = grace
         self.hurry = False
         self.proc = subprocess.Popen(argv, env={**settings.environment(), MARK: self.token}, start_new_session=True)
+        self.beside: list[subprocess.Popen] = []  # processes started next to the command (Prometheus: factory.health.local)
 
     def alive(self) -> list[int]:
         return members(self.token, self.proc.pid)
@@ -76,7 +81,8 @@ class Session:
         """Until the tree is gone (True) or `seconds` passed or (when `hurry`) a second signal came."""
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline and not (hurry and self.hurry):
-            self.proc.poll()  # reap our own child, so it does not linger as a zombie
+            for child in (self.proc, *self.beside):  # reap our own children, so they do not linger as zombies
+                child.poll()
             if not self.alive():
                 return True
             time.sleep(0.2)
@@ -96,6 +102,7 @@ class Session:
                 os.killpg(self.proc.pid, signal.SIGINT)
             except ProcessLookupError:
                 pass
+        self._signal(signal.SIGINT, [p.pid for p in self.beside if p.poll() is None])
         if self._wait(self.grace):
             return
         leftover = self.alive()
@@ -112,12 +119,23 @@ class Session:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m factory.deploy.session", description=__doc__.split("\n")[0])
     parser.add_argument("--grace", type=float, default=10.0, help="seconds per stopping step (default 10)")
+    parser.add_argument("--metrics-port", type=int, help="with FACTORY_METRICS=1: the metrics exporter's port")
+    parser.add_argument("--prometheus-port", type=int, help="with FACTORY_METRICS=1: start Prometheus on this port")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command to run")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("give the command to run after --")
+    from factory import health
+
+    on = health.enabled() and args.metrics_port is not None
+    if on:
+        settings.export(health.child_env())  # the command's every process writes to the exporter's directory
     session = Session(command, grace=args.grace)
+    if on:
+        from factory.health.local import start_beside_session
+
+        session.beside = start_beside_session(session.token, args.metrics_port, args.prometheus_port)
     received: list[int] = []
 
     def on_signal(signum, _frame):

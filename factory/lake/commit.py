@@ -36,6 +36,7 @@ from pyiceberg.expressions import AlwaysTrue, BooleanExpression
 from pyiceberg.table import Table
 from sqlalchemy.exc import OperationalError
 
+from factory.health import metrics as health
 from factory.version import code_version, env_lock_hash
 
 log = logging.getLogger(__name__)
@@ -166,7 +167,9 @@ def commit_with_retry(
                     on_files_written()
         except (CommitFailedException, OperationalError) as exc:
             delay = min(MAX_DELAY_S, BASE_DELAY_S * 2 ** (attempt - 1)) * (0.5 + random.random())
-            if time.monotonic() + delay > deadline:
+            gave_up = time.monotonic() + delay > deadline
+            health.commit_conflict(name, gave_up=gave_up)  # factory_lake_commit_{conflicts,retries,failures}_total
+            if gave_up:
                 raise CommitFailedException(
                     f"{name}: gave up after {attempt} concurrent-commit conflicts in {RETRY_FOR_S:.0f}s: {exc}"
                 ) from exc
@@ -174,6 +177,7 @@ def commit_with_retry(
             time.sleep(delay)
             continue
         current = table.current_snapshot()  # the transaction refreshed `table` with our commit
+        health.committed(name, time.monotonic() - (deadline - RETRY_FOR_S))
         return TableCommit(
             table=name,
             snapshot_id=current.snapshot_id if current else None,

@@ -22,10 +22,12 @@ import functools
 import os
 import random
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 
+from factory.health import metrics as health
 from factory.sandbox.bwrap import require_bwrap, resolve_interpreter
 from factory.sandbox.checked import CheckedProgram, CheckVerdict, verdict
 from factory.sandbox.config import ExecResult, Outcome, SandboxConfig, SandboxUnavailable
@@ -85,8 +87,12 @@ class Sandbox:
 
     def run(self, code: str, *, stdin: str = "") -> ExecResult:
         """Run one program (the text of a `__main__` module) with `stdin` as its standard input."""
+        queued = time.perf_counter()
         with self._slots, _UIDS.lease() as uid:
-            return execute(self.config, code, stdin=stdin, bwrap=self._bwrap, python=self._python, uid=uid)
+            started = time.perf_counter()  # the wait for a slot is the pool's queue (factory_sandbox_queue_wait_seconds)
+            result = execute(self.config, code, stdin=stdin, bwrap=self._bwrap, python=self._python, uid=uid)
+        health.sandbox_execution(result.outcome.value, started - queued, time.perf_counter() - started)
+        return result
 
     def map(self, codes: list[str], progress: Callable[[int, int], None] | None = None, *,
             stdins: list[str] | None = None) -> list[ExecResult]:

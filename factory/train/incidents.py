@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 
+from factory.health import metrics as health
 from factory.lake import CommitStamp, Lake, TableCommit
 from factory.lake.schemas import TRAIN_INCIDENTS
 from factory.train.trackers.iceberg import commit_stamp
@@ -30,7 +31,9 @@ def record_incident(lake: Lake, run: str, step: int, kind: str, detail: dict,
            "created_at": datetime.now(timezone.utc)}
     data = pa.Table.from_pylist([row], schema=TRAIN_INCIDENTS.as_arrow())
     stamp = stamp or commit_stamp(INCIDENTS_TABLE, lake, run_upstream(lake, run))
-    return lake.commit(INCIDENTS_TABLE, data, stamp, schema=TRAIN_INCIDENTS)
+    commit = lake.commit(INCIDENTS_TABLE, data, stamp, schema=TRAIN_INCIDENTS)
+    health.incident(run, kind)  # factory_train_incidents_total{run, kind}, once the row is durable
+    return commit
 
 
 def run_upstream(lake: Lake, run: str) -> list[str]:
