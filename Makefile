@@ -1,5 +1,6 @@
 # Two commands on a fresh machine: `make demo` (the main job end to end) and `make test` (all tests).
-# Both run `setup` first, which is idempotent: apt only when java/bwrap are missing, pip only when
+# Both run `setup` first, which is idempotent: apt only when a system tool is missing (the JDK,
+# bubblewrap, PostgreSQL, Prometheus, buildah/podman for the image test), pip only when
 # pyproject.toml changed since the last install.
 SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
@@ -18,16 +19,19 @@ export PYTHONUNBUFFERED := 1
 # 127.0.0.1 only); a real profile names its own variables, set by whoever deploys it.
 export FACTORY_DAGSTER_PG_PASSWORD ?= factory-loopback-secret
 
-.PHONY: setup system instance demo test ui mlflow doctor clean cluster-up cluster-down
+.PHONY: setup system instance demo test ui mlflow doctor image clean cluster-up cluster-down
 
 setup: system $(VENV)/.installed $(VENV)/compat/transformers4 instance
 
 system:
 	@if ! command -v java >/dev/null || ! command -v bwrap >/dev/null || ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
-	    || ! /sbin/ldconfig -p | grep -q libseccomp.so.2; then \
-	  echo "== installing a JDK, bubblewrap, libseccomp and PostgreSQL with apt"; \
+	    || ! /sbin/ldconfig -p | grep -q libseccomp.so.2 || ! command -v prometheus >/dev/null \
+	    || ! command -v buildah >/dev/null || ! command -v podman >/dev/null || ! command -v runc >/dev/null \
+	    || ! command -v debootstrap >/dev/null; then \
+	  echo "== installing a JDK, bubblewrap, libseccomp, PostgreSQL, Prometheus and the image tools with apt"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
-	    openjdk-17-jre-headless bubblewrap libseccomp2 postgresql >/dev/null; \
+	    openjdk-17-jre-headless bubblewrap libseccomp2 postgresql prometheus \
+	    buildah podman runc debootstrap >/dev/null; \
 	fi
 
 $(VENV)/.installed: pyproject.toml $(wildcard wheels/*.whl)
@@ -69,10 +73,15 @@ test: setup
 
 # The web UI with its daemon (sensors, schedules, the run queue). Ctrl-C stops it and everything it
 # started (code server, run workers, training and vLLM subprocesses, log tailers): factory.deploy.session.
+# Beside it, factory-health metrics (FACTORY_METRICS=0 make ui: none): the exporter on METRICS_PORT
+# and Prometheus on PROMETHEUS_PORT, its data in FACTORY_HOME/metrics (factory.health.local).
 DAGSTER_PORT ?= 3000
+METRICS_PORT ?= 9464
+PROMETHEUS_PORT ?= 9090
 ui: setup
 	@echo "== Dagster UI at http://127.0.0.1:$(DAGSTER_PORT) (Ctrl-C stops it and everything it started)"
-	@$(BIN)/python -m factory.deploy.session -- $(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p $(DAGSTER_PORT)
+	@FACTORY_METRICS=$${FACTORY_METRICS-1} $(BIN)/python -m factory.deploy.session --metrics-port $(METRICS_PORT) \
+	  --prometheus-port $(PROMETHEUS_PORT) -- $(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p $(DAGSTER_PORT)
 
 # The tracker's UI over the embedded MLflow store (loss curves, params, the card artifacts of every
 # run); a profile with tracker.mlflow_tracking_uri has its own server to open instead.
@@ -82,6 +91,11 @@ mlflow: setup
 
 doctor: setup
 	$(BIN)/factory doctor
+
+# The container image (deploy/Dockerfile) of this machine's variant, with buildah (apt: buildah podman
+# runc debootstrap); without a reachable registry its Debian base is made here with debootstrap.
+image:
+	deploy/image/build.sh build $(EXTRA)
 
 clean:
 	@test ! -x $(BIN)/factory || $(BIN)/factory deploy down >/dev/null

@@ -93,6 +93,14 @@ class Corpus:
 DEPLOY_VARIABLES = ("FACTORY_DEPLOY", "FACTORY_DEPLOY_JSON")
 
 
+def _restore(before: dict[str, str | None]) -> None:
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 @pytest.fixture(autouse=True)
 def restore_deploy_environment():
     """Every test ends with the profile variables it started with. `factory --deploy X` hands its
@@ -101,11 +109,16 @@ def restore_deploy_environment():
     its profile into every test after it."""
     before = {name: os.environ.get(name) for name in DEPLOY_VARIABLES}
     yield
-    for name, value in before.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
+    _restore(before)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def restore_deploy_environment_per_module():
+    """The same for a module-scoped fixture that runs the CLI (set up before any test's own
+    fixture takes its snapshot): the next module starts clean."""
+    before = {name: os.environ.get(name) for name in DEPLOY_VARIABLES}
+    yield
+    _restore(before)
 
 
 @pytest.fixture(scope="session")

@@ -53,9 +53,10 @@ KINDS = {
     "mix": PodShape(pool="cpu", cpu="2", memory="8Gi", priority_class="factory-cpu"),
     "train": PodShape(pool="gpu", cpu="8", memory="64Gi", priority_class="factory-training", tolerations=GPU_TAINT),
     "export": PodShape(pool="gpu", cpu="4", memory="32Gi", gpu=1, priority_class="factory-eval", tolerations=GPU_TAINT),
-    "eval": PodShape(pool="gpu", cpu="4", memory="32Gi", gpu=1, priority_class="factory-eval", tolerations=GPU_TAINT),
+    "eval": PodShape(pool="gpu", cpu="4", memory="32Gi", gpu=1, priority_class="factory-eval", tolerations=GPU_TAINT,
+                     sandboxed=True),  # HumanEval checks run in the sandbox
     "synth": PodShape(pool="gpu", cpu="4", memory="32Gi", gpu=1, priority_class="factory-backfill",
-                      tolerations=GPU_TAINT),
+                      tolerations=GPU_TAINT, sandboxed=True),  # the sandbox validator runs generated code
     "sweep": PodShape(pool="gpu", cpu="8", memory="64Gi", priority_class="factory-sweep", tolerations=GPU_TAINT),
 }
 

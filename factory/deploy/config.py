@@ -286,6 +286,10 @@ class PodShape(_Frozen):
     priority_class: str = Field(description="PriorityClass of the kind's pods (one of the profile's priority_classes).")
     tolerations: list[Toleration] = Field(default_factory=list)
     node_selector: dict[str, str] = Field(default_factory=dict, description="Extra node labels beyond the pool's.")
+    sandboxed: bool = Field(False, description="The kind runs untrusted code in the bubblewrap sandbox (code evals, "
+                                               "synthetic validators): its pods get what bubblewrap needs as an "
+                                               "unprivileged uid (seccomp Unconfined, an unmasked /proc in a user "
+                                               "namespace: hostUsers false).")
 
 
 class PriorityClassSpec(_Frozen):

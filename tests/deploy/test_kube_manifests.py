@@ -26,7 +26,7 @@ from kubernetes.utils import parse_quantity
 
 from factory.deploy import load_profile
 from factory.deploy.config import ASSET_KINDS
-from factory.deploy.kube.placement import GRACE_MARGIN_S, KIND_TAG, KUEUE_LABEL
+from factory.deploy.kube.placement import GRACE_MARGIN_S, KIND_TAG, KUEUE_LABEL, SANDBOX_SECURITY
 from factory.deploy.kube.validate import quantities, validate
 from resources.k8s_manifests import EXAMPLE_PARALLEL, example_manifests, example_plan
 
@@ -98,6 +98,11 @@ def test_run_and_step_jobs_are_placed_by_the_kind_table(profile, manifests, kind
         assert env["FACTORY_HOME"] == k8s.home_path
         assert {"name": "factory-home", "mountPath": k8s.home_path} in container["volumeMounts"]
         assert {"name": "factory-home", "persistentVolumeClaim": {"claimName": k8s.home_claim}} in spec["volumes"]
+        # code evals and synthetic validators run bubblewrap as the image's uid: only their pods get
+        # the seccomp profile and unmasked /proc (in a user namespace) it needs
+        assert shape.sandboxed == (kind in ("eval", "synth"))
+        assert container.get("securityContext") == (SANDBOX_SECURITY if shape.sandboxed else None), name
+        assert spec.get("hostUsers") == (False if shape.sandboxed else None), name
 
 
 def test_training_pods_get_the_experiments_gpus_and_meet_at_rank_0(profile, manifests):

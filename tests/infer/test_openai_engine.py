@@ -84,7 +84,8 @@ def test_openai_needs_an_http_endpoint_and_the_others_take_none():
         EngineConfig(kind="openai", endpoint="http:///v1")
     with pytest.raises(ValidationError, match="settings of kind 'openai'.*kind is 'vllm'"):
         EngineConfig(kind="vllm", endpoint="http://127.0.0.1:8000/v1")
-    profile = load_profile("kubernetes")
+    assert load_profile("kubernetes").inference.kind == "vllm"  # each eval pod checks its own checkpoint
+    profile = load_profile("kubernetes_served")  # evals and synthetic data through the vLLM Service
     assert profile.inference.kind == "openai"
     assert profile.inference.endpoint == f"http://vllm.{profile.kubernetes.namespace}.svc:" \
                                          f"{profile.kubernetes.serving.port}/v1"

@@ -52,6 +52,12 @@ def free_port() -> int:
     return _free_port()
 
 
+@pytest.fixture
+def free_ports():
+    """`free_ports()`: another TCP port free on loopback, for a test that needs several."""
+    return _free_port
+
+
 def _default_signals():
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -9,7 +9,8 @@ the checkout, `factory` on PATH, against the `demo_home` fixture (or FACTORY_TES
 tests/integration/conftest.py). It must exit 0 without a "Traceback"; for some, the output must
 show a real outcome (`factory evals --run smoke` prints a pass@1 column, an experiment's name
 resolves to the demo's run ...). Placeholders are filled from the demo home: `smoke-<hash8>` is
-the smoke run, `[--option]` is left out, `/tmp/lake` and `my_sources.yaml` become scratch paths.
+the smoke run, `[--option]` is left out, `/tmp/lake`, `/tmp/k8s` and `my_sources.yaml` become
+scratch paths.
 
 What a command may do to the shared demo home decides how it runs:
 - reads, and writes that change nothing (an unchanged mix, nothing to heal): against the demo home;
@@ -73,6 +74,8 @@ ELSEWHERE: list[tuple[str, str, str]] = [
     (r"-m factory\.train\b", "tests/train/test_training_asset.py::"
      "test_killed_run_relaunches_from_its_last_checkpoint_and_matches_an_uninterrupted_one",
      "the trainer's command line; on the demo home it would train"),
+    (r"factory metrics serve\b", "tests/health/test_metrics.py::test_factory_metrics_serve_answers_on_loopback",
+     "a server (until stopped); that test serves the demo-like multiprocess files over HTTP"),
     (r"factory eval\s", "tests/evals/test_commands.py::test_eval_prints_the_check_and_the_scores_then_evals_lists_them",
      "evaluates with vLLM (minutes on CPU); `factory evals` here reads what the demo scored"),
 ]
@@ -102,6 +105,7 @@ OUTCOMES: list[tuple[str, str]] = [
     (r"factory experiment submit smoke\b", r"queued 0 run.*unchanged"),  # the demo trained it: nothing queued
     (r"factory sweep results smoke_lr\b", r"4 cells: 4 pending"),
     (r"factory ingest python_stdlib\b", r"raw\.python_stdlib"),
+    (r"factory deploy render --deploy kubernetes\b", r"values\.yaml"),
     # writes that must find nothing to do on a finished demo (so the shared home stays as it was)
     (r"factory mix register default(_synthetic)?$", r"unchanged"),
     (r"factory lake heal\b", r"\b0 lineage rows written"),
@@ -207,7 +211,7 @@ def fill(command: str, run: str, scratch: Path) -> str:
     """The command as a user would type it on the demo home (see the module docstring)."""
     command = re.sub(r"\s\[-[^\]]*\]", "", command)  # `[--suite quick]`: optional, left out
     command = command.replace("smoke-<hash8>", run).replace("<hash8>", run.split("-")[1])
-    command = command.replace("/tmp/lake", str(scratch / "lake"))
+    command = command.replace("/tmp/lake", str(scratch / "lake")).replace("/tmp/k8s", str(scratch / "k8s"))
     return re.sub(r"\bmy(?:_sources)?\.yaml\b", str(scratch / "my_sources.yaml"), command)
 
 

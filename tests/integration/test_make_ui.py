@@ -1,6 +1,7 @@
-"""`make ui` stops everything it started: started as a user does (its own terminal session, a
-free port through `DAGSTER_PORT`), with a run in progress (a run worker, its compute-log tailers
-and their watchers), then Ctrl-C (SIGINT to the session's foreground group, i.e. make's); no
+"""`make ui` stops everything it started: started as a user does (its own terminal session, free
+ports through `DAGSTER_PORT`, `METRICS_PORT` and `PROMETHEUS_PORT`, for the metrics exporter and
+Prometheus that start beside Dagster), with a run in progress (a run worker, its compute-log
+tailers and their watchers), then Ctrl-C (SIGINT to the session's foreground group, i.e. make's); no
 process started under it may remain, whether still in that session or not (each carries the
 test's own FACTORY_HOME in its environment, which is how they are found in /proc). Stopped two
 ways: Ctrl-C (every process of the group gets SIGINT at once) and SIGTERM to make alone.
@@ -29,8 +30,12 @@ def _default_signals():  # a terminal's job gets default handlers (pytest's may 
 
 @pytest.mark.parametrize("stop", ["ctrl-c", "kill"])
 def test_stopping_make_ui_stops_the_webserver_daemon_code_server_and_run_workers(stop, factory_env, free_port,
-                                                                                  leftovers, tmp_path, wait_up):
-    env = {**factory_env, "DAGSTER_PORT": str(free_port)}
+                                                                                  free_ports, leftovers, tmp_path,
+                                                                                  wait_up):
+    # make ui also starts the metrics exporter and Prometheus (FACTORY_METRICS defaults to 1): free
+    # ports for them too, and the leftovers check covers them
+    env = {**factory_env, "DAGSTER_PORT": str(free_port), "METRICS_PORT": str(free_ports()),
+           "PROMETHEUS_PORT": str(free_ports())}
     with open(tmp_path / "make-ui.log", "w") as log:
         make = subprocess.Popen(["make", "-C", str(ROOT), "ui"], env=env, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True, preexec_fn=_default_signals)

@@ -55,6 +55,11 @@ RUN_PRECEDENCE = ("train", "sweep", "eval", "export", "synth", "refine", "tokeni
 KIND_LABEL = "factory.dev/kind"
 KUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 GRACE_MARGIN_S = 30  # the kubelet's SIGKILL comes this long after the trainer's own deadline
+# What the code-eval sandbox needs in a pod (measured with podman, tests/deploy/test_image.py): the
+# runtime's default seccomp profile refuses bubblewrap's unshare/mount/sethostname, and the kernel
+# refuses a fresh /proc over a masked one (an unmasked /proc needs hostUsers: false)
+SANDBOX_SECURITY = {"seccompProfile": {"type": "Unconfined"}, "procMount": "Unmasked",
+                    "allowPrivilegeEscalation": False}
 GRACEFUL_KINDS = ("train", "sweep")
 HOME_VOLUME = "factory-home"
 # a training run whose torchrun pods are launched through Pipes only watches them: a small pod
@@ -105,6 +110,7 @@ class Placement:
     volume_mounts: list[dict] = field(default_factory=list)
     init_containers: list[dict] = field(default_factory=list)
     annotations: dict[str, str] = field(default_factory=dict)
+    sandboxed: bool = False
 
     def pod_meta(self, labels: Mapping[str, str] | None = None) -> dict:
         """Pod metadata: the placement's labels (plus `labels`) and annotations."""
@@ -125,6 +131,8 @@ class Placement:
             spec["volumes"] = [dict(v) for v in self.volumes]
         if self.init_containers:
             spec["initContainers"] = copy.deepcopy(self.init_containers)
+        if self.sandboxed:  # the pod in its own user namespace: what an unmasked /proc needs
+            spec["hostUsers"] = False
         return spec
 
     def container(self, name: str, command: list[str] | None = None, env: Mapping[str, str] | None = None) -> dict:
@@ -138,13 +146,15 @@ class Placement:
             c["envFrom"] = [dict(e) for e in self.env_from]
         if self.volume_mounts:
             c["volumeMounts"] = [dict(m) for m in self.volume_mounts]
+        if self.sandboxed:  # bubblewrap as uid 10001 (deploy/Dockerfile): unshare/mount, a fresh /proc
+            c["securityContext"] = dict(SANDBOX_SECURITY)
         return c
 
     def k8s_config(self) -> dict:
         """The `dagster-k8s/config` dict: what K8sRunLauncher and k8s_job_executor merge into
         the Job they build (the image and namespace stay theirs)."""
         container = {k: v for k, v in self.container("dagster").items() if k in ("resources", "env", "envFrom",
-                                                                                   "volumeMounts")}
+                                                                                   "volumeMounts", "securityContext")}
         return {"container_config": container,
                 "pod_spec_config": self.pod_spec(),
                 "pod_template_spec_metadata": self.pod_meta(),
@@ -191,7 +201,7 @@ def placement(profile: DeployConfig, kind: str, *, gpus: int | None = None, orch
         env=[{"name": k, "value": v} for k, v in sorted(env.items())],
         env_from=[{"secretRef": {"name": k8s.env_secret}}] if k8s.env_secret else [], grace_s=grace,
         volumes=volumes, volume_mounts=mounts, init_containers=metrics.init_containers,
-        annotations=metrics.annotations)
+        annotations=metrics.annotations, sandboxed=shape.sandboxed)
 
 
 def run_placement(profile: DeployConfig, kind: str, nproc_per_node: int | None = None) -> Placement:
