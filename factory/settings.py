@@ -20,6 +20,7 @@ needs them, so one grep finds everything a deployment can set.
 | `FACTORY_METRICS` | `1`: export factory-health metrics to Prometheus (`factory.health`); unset or `0`: off |
 | `PROMETHEUS_MULTIPROC_DIR` | prometheus_client's multiprocess directory (default `FACTORY_HOME/metrics/prom` when metrics are on) |
 | `DAGSTER_HOME` | Dagster's instance (Dagster reads it; the run-queue exporter `make ui` starts polls it) |
+| `KUBECONFIG` | the kubeconfig `factory deploy check` reaches a cluster's API with (outside a pod) |
 | `RANK`, `WORLD_SIZE`, `LOCAL_RANK` | set by torchrun for each training process |
 | `NODE_RANK`, `JOB_COMPLETION_INDEX`, `SLURM_NODEID` | a multi-node scheduler's index of this node |
 """
@@ -43,6 +44,7 @@ NEPTUNE_MODE = "NEPTUNE_MODE"
 NEPTUNE_TOKEN = "NEPTUNE_API_TOKEN"
 METRICS = "FACTORY_METRICS"
 PROMETHEUS_DIR = "PROMETHEUS_MULTIPROC_DIR"
+KUBECONFIG = "KUBECONFIG"
 # the variables cluster schedulers set to say which node this is, in the order they are tried
 NODE_RANK_VARIABLES = ("NODE_RANK", "JOB_COMPLETION_INDEX", "SLURM_NODEID")
 
@@ -87,6 +89,10 @@ def metrics_on() -> bool:
 
 def prometheus_dir() -> str | None:
     return get(PROMETHEUS_DIR)
+
+
+def kubeconfig() -> str | None:
+    return get(KUBECONFIG)
 
 
 def code_version_override() -> str | None:

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
+from factory import settings
 from factory.deploy.config import DeployConfig, DeployError
 
 CREDENTIAL_FIELDS = ("catalog.credential", "catalog.token", "catalog.s3.access_key_id")
@@ -138,12 +139,29 @@ def probe_dagster(profile: DeployConfig) -> Probe:
 def probe_training(profile: DeployConfig) -> Probe:
     t = profile.training
     if t.launcher == "kubernetes":
-        return Probe("training.launcher", "training", False, "Kubernetes training pods (PipesK8sClient) are not built "
-                     "yet: use launcher local, or multinode with one agent per node")
+        return probe_kubernetes(profile)
     if t.launcher == "multinode":
         return Probe("training.rdzv_endpoint", "training", True, f"one torchrun agent per node, c10d rendezvous at "
                      f"{t.rdzv_endpoint} (node 0 opens it when a run starts)")
     return Probe("training.launcher", "training", True, "torchrun on this node")
+
+
+def probe_kubernetes(profile: DeployConfig) -> Probe:
+    """The cluster's API (in-cluster credentials in a pod, else the kubeconfig) lists pods in the
+    profile's namespace: what the run launcher and the training pods' PipesK8sClient need."""
+    namespace = profile.kubernetes.namespace
+    try:
+        from kubernetes import client, config
+
+        try:
+            config.load_incluster_config()
+        except config.ConfigException:
+            config.load_kube_config(config_file=settings.kubeconfig())  # None: ~/.kube/config
+        client.CoreV1Api().list_namespaced_pod(namespace, limit=1, _request_timeout=5)
+    except Exception as exc:  # noqa: BLE001 - any failure is the probe's answer, named
+        return Probe("kubernetes.namespace", "kubernetes", False, f"the Kubernetes API does not list pods in namespace "
+                     f"{namespace!r}: {_why(exc)}")
+    return Probe("kubernetes.namespace", "kubernetes", True, f"the Kubernetes API lists pods in namespace {namespace!r}")
 
 
 def check_profile(profile: DeployConfig, home: Path) -> list[Probe]:

@@ -7,7 +7,9 @@ preempts); the HPA scales the vLLM Deployment on vLLM's own queue metric; the Ro
 run launcher and Pipes touch; Secrets are empty templates; Kueue objects appear only when the
 profile names a queue. A profile without a `kubernetes` section, an invalid quantity or a misspelt
 field fails naming the profile or the object, and nothing is written (an earlier output stays as it
-was). Unit tier, CPU, offline: no cluster, no kubectl."""
+was). `factory deploy check`'s kubernetes probe fails naming the namespace without credentials and
+passes against a loopback stand-in that answers the pod list. Unit tier, CPU, offline: no cluster,
+no kubectl."""
 
 from pathlib import Path
 
@@ -181,3 +183,48 @@ def test_strict_schema_catches_a_misspelt_field_and_an_unknown_version():
         validate([deployment], "1.99")
     with pytest.raises(DeployError, match=r"metadata.name 'Bad_Name'"):
         validate([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "Bad_Name"}}], "1.33")
+
+
+def test_deploy_check_asks_the_kubernetes_api_for_the_namespaces_pods(profile, tmp_path, monkeypatch):
+    """`factory deploy check`'s training probe on launcher kubernetes: no credentials fail naming
+    the namespace; a server that answers the pod list (a loopback stand-in for the API server,
+    through a kubeconfig as kubectl uses) passes."""
+    import http.server
+    import json
+    import threading
+
+    from factory.deploy.check import probe_kubernetes
+
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    failed = probe_kubernetes(profile)
+    assert not failed.ok and "namespace 'factory'" in failed.detail and "kube-config" in failed.detail
+
+    asked = []
+
+    class PodList(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            asked.append(self.path)
+            body = json.dumps({"kind": "PodList", "apiVersion": "v1", "items": []}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), PodList)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        kubeconfig = {"apiVersion": "v1", "kind": "Config", "current-context": "loopback",
+                      "clusters": [{"name": "loopback", "cluster": {"server": f"http://127.0.0.1:{server.server_port}"}}],
+                      "users": [{"name": "u", "user": {"token": "t"}}],
+                      "contexts": [{"name": "loopback", "context": {"cluster": "loopback", "user": "u"}}]}
+        (tmp_path / "kubeconfig").write_text(yaml.safe_dump(kubeconfig))
+        monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
+        passed = probe_kubernetes(profile)
+    finally:
+        server.shutdown()
+    assert passed.ok, passed.detail
+    assert asked and asked[0].startswith("/api/v1/namespaces/factory/pods")
