@@ -32,8 +32,8 @@ survives for one process, and for torchrun the preemption is reported through th
 
 Under Dagster: a run worker that is itself stopped (terminated, or its pod evicted) forwards that
 to its Pipes child as SIGINT, not SIGTERM (`PipesSubprocessClient(forward_termination=True)`), and
-waits 20 s; the launch passes `--sigint-is-preemption` so that SIGINT checkpoints too
-(`sigint_as_sigterm`). By hand, Ctrl-C stays a plain KeyboardInterrupt.
+waits 90 s (`resources/__init__.py`; Dagster's default is 20 s); the launch passes
+`--sigint-is-preemption` so that SIGINT checkpoints too (`sigint_as_sigterm`). By hand, Ctrl-C stays a plain KeyboardInterrupt.
 """
 
 from __future__ import annotations
