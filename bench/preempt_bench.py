@@ -48,6 +48,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from configs.experiments import smoke  # noqa: E402
+from factory.deploy.session import children, environ  # noqa: E402
 from factory.experiments import plan_experiment  # noqa: E402
 from factory.lake import Lake  # noqa: E402
 from factory.train.checkpoint import checkpoint_dir, validate  # noqa: E402
@@ -92,7 +93,7 @@ def preempt_once(lake: Lake, experiment, run: str, threads: int) -> dict:
     time.sleep(random.uniform(0, step))  # anywhere in a step
     target = proc.pid
     if experiment.parallel.world_size > 1:  # rank 1's worker only: the others learn through the agreement
-        target = next(p for p in _children(proc.pid) if _environ(p).get("RANK") == "1")
+        target = next(p for p in children(proc.pid) if environ(p).get("RANK") == "1")
     os.kill(target, signal.SIGTERM)
     _, err = proc.communicate(timeout=600)
     rows = [r for r in lake.table(INCIDENTS_TABLE).scan().to_arrow().to_pylist()
@@ -147,23 +148,6 @@ def agreement_cost(calls: int) -> float:
     for p in procs:
         p.join()
     return value
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                    found.append(int(entry.name))
-            except (OSError, ValueError, IndexError):
-                continue
-    return found
-
-
-def _environ(pid: int) -> dict[str, str]:
-    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    return dict(item.decode(errors="replace").split("=", 1) for item in raw if b"=" in item)
 
 
 def main() -> None:

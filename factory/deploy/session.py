@@ -64,6 +64,25 @@ def members(token: str, group: int | None = None) -> list[int]:
     return found
 
 
+def children(pid: int) -> list[int]:
+    """PIDs of the live processes whose parent is `pid`."""
+    found = []
+    for entry in PROC.iterdir() if PROC.is_dir() else ():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry.name))
+            except (OSError, ValueError, IndexError):  # gone meanwhile
+                continue
+    return found
+
+
+def environ(pid: int) -> dict[str, str]:
+    """The environment process `pid` was started with."""
+    raw = (PROC / str(pid) / "environ").read_bytes().split(b"\0")
+    return dict(item.decode(errors="replace").split("=", 1) for item in raw if b"=" in item)
+
+
 class Session:
     """The command's process tree; `stop()` ends all of it (module docstring)."""
 

@@ -38,6 +38,7 @@ import pytest
 import torch
 
 from configs.experiments import smoke
+from factory.deploy.session import children, environ
 from factory.experiments import plan_experiment
 from factory.lake import Lake
 from factory.train.checkpoint import checkpoint_dir, latest_valid, load_checkpoint, validate
@@ -193,7 +194,7 @@ def test_two_ranks_stop_at_the_same_step_when_only_one_is_signalled(shared_lake,
     lake, run = shared_lake, "pre_ddp"
     proc = start(lake, run, parallel=ParallelConfig(nproc_per_node=2))
     wait_for(saved(lake, run, EVERY), proc, "the first checkpoint", timeout=240)
-    (worker,) = [pid for pid in _children(proc.pid) if _env(pid).get("RANK") == "1"]
+    (worker,) = [pid for pid in children(proc.pid) if environ(pid).get("RANK") == "1"]
     os.kill(worker, signal.SIGTERM)  # one pod of two preempted: rank 0 never gets a signal
     out = finish(proc)
     assert proc.returncode != 0, out[-3000:]  # the agent exits 1 when a worker exits non-zero
@@ -220,23 +221,6 @@ def test_the_handler_only_flags_and_is_put_back(shared_lake, training_env):
     assert signal.getsignal(signal.SIGTERM) is before
     with pytest.raises(ValueError, match="grace"):
         Preemption(Dist(0, 1, 0, torch.device("cpu")), 0, record=None, warn=print)
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                    found.append(int(entry.name))
-            except (OSError, ValueError, IndexError):
-                continue
-    return found
-
-
-def _env(pid: int) -> dict[str, str]:
-    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    return dict(item.decode(errors="replace").split("=", 1) for item in raw if b"=" in item)
 
 
 SYNTH_MODULE = """

@@ -28,7 +28,7 @@ from urllib.parse import urlparse
 from pydantic import BaseModel
 
 from factory.deploy.config import DeployConfig, DeployError, Secret
-from factory.deploy.kube.helm import PG_SECRET, profile_env, require_kubernetes
+from factory.deploy.kube.helm import PG_SECRET, named_profile_env, require_kubernetes
 from factory.deploy.kube.monitoring import APP, monitoring_objects
 VLLM = "vllm"  # Deployment, Service and HPA: the profile's inference.endpoint names this Service
 HOME_PVC_SIZE = "1Ti"  # FACTORY_HOME of every pod: checkpoints, exports, tokenizers (ReadWriteMany)
@@ -141,7 +141,7 @@ def serving(profile: DeployConfig) -> list[dict]:
         "name": "vllm", "image": k8s.image, "imagePullPolicy": k8s.image_pull_policy,
         "command": ["python", "-m", "vllm.entrypoints.openai.api_server"], "args": args,
         "ports": [{"name": "http", "containerPort": s.port}],
-        "env": [{"name": k, "value": v} for k, v in profile_env(profile).items()],
+        "env": [{"name": k, "value": v} for k, v in named_profile_env(profile).items()],
         "resources": {"requests": {"cpu": s.cpu, "memory": s.memory} | gpu, "limits": {"memory": s.memory} | gpu},
         "readinessProbe": probe | {"initialDelaySeconds": 30},
         "livenessProbe": probe | {"initialDelaySeconds": 300, "failureThreshold": 6},

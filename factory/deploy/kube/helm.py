@@ -59,8 +59,10 @@ def split_image(image: str) -> tuple[str, str]:
     return repo, tag
 
 
-def profile_env(profile: DeployConfig) -> dict[str, str]:
-    """How a pod learns its profile: by name when it is a file in configs/deploy, else as JSON."""
+def named_profile_env(profile: DeployConfig) -> dict[str, str]:
+    """How a chart pod learns its profile: by name when it is a function in configs/deploy (so the
+    rendered values stay short and stable), else as JSON. Factory-placed pods get the whole
+    profile (`factory.deploy.profiles.profile_env`)."""
     from factory.deploy.profiles import profile_names
 
     if profile.name in profile_names():
@@ -99,7 +101,7 @@ def launcher_config(profile: DeployConfig) -> dict:
               "dagster_home": DAGSTER_HOME, "load_incluster_config": True, "job_namespace": k8s.namespace,
               "job_image": k8s.image, "image_pull_policy": k8s.image_pull_policy,
               "service_account_name": k8s.service_account,
-              "env_vars": [f"{k}={v}" for k, v in profile_env(profile).items()]}
+              "env_vars": [f"{k}={v}" for k, v in named_profile_env(profile).items()]}
     if k8s.env_secret:
         config["env_secrets"] = [k8s.env_secret]
     if profile.dagster.storage != "postgres":
@@ -113,7 +115,7 @@ def helm_values(profile: DeployConfig, base: dict | None = None) -> dict:
     base = base_config() if base is None else base
     repository, tag = split_image(k8s.image)
     image = {"repository": repository, "tag": tag, "pullPolicy": k8s.image_pull_policy}
-    env = profile_env(profile)
+    env = named_profile_env(profile)
     secrets = [{"name": k8s.env_secret}] if k8s.env_secret else []
     control = k8s.kinds[CONTROL_KIND]
     placement = {"nodeSelector": {k8s.pool_label: control.pool} | control.node_selector}

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import yaml
 
 from factory.deploy.config import DeployConfig, DeployError, KubernetesProfile
-from factory.deploy.kube.helm import CONTROL_KIND, DAGSTER_HOME, PG_SECRET, RELEASE, profile_env, require_kubernetes
+from factory.deploy.kube.helm import CONTROL_KIND, DAGSTER_HOME, PG_SECRET, RELEASE, named_profile_env, require_kubernetes
 from factory.health.exporter import DEFAULT_PORT
 from factory.home import CHECKOUT
 
@@ -98,7 +98,7 @@ def queue_exporter(profile: DeployConfig) -> dict:
     k8s = require_kubernetes(profile)
     control = k8s.kinds[CONTROL_KIND]  # beside the chart's daemon and webserver
     labels = {"app.kubernetes.io/name": QUEUE_EXPORTER, PART_OF: APP}
-    env = [{"name": k, "value": v} for k, v in profile_env(profile).items()]
+    env = [{"name": k, "value": v} for k, v in named_profile_env(profile).items()]
     env.append({"name": "DAGSTER_HOME", "value": DAGSTER_HOME})
     if profile.dagster.storage == "postgres":
         env.append({"name": "DAGSTER_PG_PASSWORD",
