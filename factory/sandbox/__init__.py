@@ -22,8 +22,8 @@ working bubblewrap, user namespaces or libseccomp every entry point raises `Sand
 
 from factory.sandbox.bwrap import check_available
 from factory.sandbox.checked import CheckedProgram, CheckVerdict, checked_program, verdict
-from factory.sandbox.config import ExecResult, Outcome, SandboxConfig, SandboxUnavailable
+from factory.sandbox.config import ExecResult, Mount, Outcome, SandboxConfig, SandboxUnavailable
 from factory.sandbox.pool import Sandbox
 
-__all__ = ["CheckVerdict", "CheckedProgram", "ExecResult", "Outcome", "Sandbox", "SandboxConfig",
+__all__ = ["CheckVerdict", "CheckedProgram", "ExecResult", "Mount", "Outcome", "Sandbox", "SandboxConfig",
            "SandboxUnavailable", "check_available", "checked_program", "verdict"]

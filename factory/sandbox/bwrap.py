@@ -36,7 +36,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from factory.sandbox.config import SandboxConfig, SandboxUnavailable
+from factory.sandbox.config import Mount, SandboxConfig, SandboxUnavailable
 
 INSTALL_HINT = "install it with `apt-get install bubblewrap` (Debian/Ubuntu; `dnf install bubblewrap` on Fedora)"
 MIN_VERSION = (0, 7, 0)  # --size and --perms on --tmpfs/--dir arrived in 0.7 (Ubuntu 24.04 ships 0.9)
@@ -188,13 +188,17 @@ def interpreter_mounts(roots: tuple[str, ...]) -> list[str]:
 
 
 def build_argv(
-    config: SandboxConfig, *, bwrap: str, python: str, uid: int, code_fd: int, status_fd: int, seccomp_fd: int = -1
+    config: SandboxConfig, *, bwrap: str, python: str, uid: int, code_fd: int, status_fd: int, seccomp_fd: int = -1,
+    mounts: tuple[Mount, ...] = (), env: dict[str, str] | None = None, cwd: str = "/tmp",
 ) -> list[str]:
     """The full bubblewrap command for one execution (the program text arrives on `code_fd`, the
-    seccomp filter's BPF on `seccomp_fd`, which must be given when `config.harden`)."""
+    seccomp filter's BPF on `seccomp_fd`, which must be given when `config.harden`). `mounts` are
+    host directories bound at their sandbox paths, `env` is added to the clean environment, and the
+    program starts in `cwd`."""
     if config.harden != (seccomp_fd >= 0):
         raise ValueError(f"seccomp_fd={seccomp_fd} does not match harden={config.harden}")
-    env = ["--clearenv"] + [arg for key, value in _ENV.items() for arg in ("--setenv", key, value)]
+    environment = {**_ENV, **(env or {})}
+    env_args = ["--clearenv"] + [arg for key, value in environment.items() for arg in ("--setenv", key, value)]
     files = ["--perms", "0755", "--dir", SANDBOX_DIR, "--ro-bind", str(LAUNCHER), f"{SANDBOX_DIR}/launcher.py"]
     files += ["--perms", "0444", "--ro-bind-data", str(code_fd), f"{SANDBOX_DIR}/main.py"]
     # Without our own uid (not root) bubblewrap's init and the launcher count against RLIMIT_NPROC too
@@ -211,15 +215,34 @@ def build_argv(
         *system_mounts(tmp_mb=config.tmp_mb, harden=config.harden),
         *interpreter_mounts(interpreter_roots(python)),
         *files,
+        *user_mounts(mounts),
         # Last, once every mount point exists: without this the tmpfs root and /dev stay writable (and
         # unbounded) for a non-root host user, who owns them inside its user namespace.
         *("--remount-ro", "/", "--remount-ro", "/dev"),
-        *env,
+        *env_args,
         "--chdir",
-        "/tmp",
+        cwd,
         "--",
         *launch,
     ]
+
+
+def user_mounts(mounts: tuple[Mount, ...]) -> list[str]:
+    """Bind each mount's host directory at its sandbox path, parents made 0755 on the tmpfs root."""
+    args: list[str] = []
+    created: set[str] = set()
+    for mount in mounts:
+        if not os.path.isdir(mount.host):
+            raise FileNotFoundError(f"sandbox mount {mount.path}: host directory {mount.host} does not exist")
+        parts = Path(mount.path).parts
+        for depth in range(2, len(parts)):
+            parent = str(Path(*parts[:depth]))
+            if parent not in created:
+                args += ["--perms", "0755", "--dir", parent]
+                created.add(parent)
+        args += ["--bind" if mount.writable else "--ro-bind", os.path.realpath(mount.host), mount.path]
+        created.add(mount.path)
+    return args
 
 
 def _under(path: str, roots: set[str]) -> bool:

@@ -51,6 +51,30 @@ class SandboxConfig(BaseModel):
     )
 
 
+class Mount(BaseModel):
+    """A host directory bound into the sandbox at `path` (read-only unless `writable`).
+
+    For programs that work on trees of files (a repository's environment and sources, a wheelhouse):
+    the host side stays where it is, the sandbox sees it at a fixed path, so what is built inside
+    (a venv's shebangs, an editable install's finder) names the same paths on every host. A writable
+    mount is written by the execution's unprivileged uid: give it a directory that uid may write.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    host: str = Field(description="Absolute host path of an existing directory.")
+    path: str = Field(pattern=r"^/[A-Za-z0-9_\-]+(/[A-Za-z0-9_.\-]+)*$",
+                      description="Absolute path inside the sandbox; not under /tmp, /dev, /proc, /sys, /usr or /etc.")
+    writable: bool = Field(False, description="Bind read-write instead of read-only.")
+
+    def model_post_init(self, _context) -> None:
+        top = self.path.split("/")[1]
+        if top in ("tmp", "dev", "proc", "sys", "usr", "etc", "sandbox", "bin", "lib", "lib64", "sbin"):
+            raise ValueError(f"mount path {self.path!r} would shadow the sandbox's own /{top}")
+        if not self.host.startswith("/"):
+            raise ValueError(f"mount host path {self.host!r} must be absolute")
+
+
 class Outcome(str, Enum):
     """How an execution ended.
 

@@ -58,6 +58,7 @@ def _limit(kind: int, value: int, hard: int | None = None) -> None:
 def _run_program(uid: int, limits: list[int], harden: dict | None, python: str, main: str) -> None:
     """In the forked child: namespace and mounts, limits, privileges, filter, exec. Never returns."""
     cpu_s, as_bytes, nproc, fsize = limits
+    start_dir = os.getcwd()  # bubblewrap's --chdir; the fresh /tmp mounted below would orphan it
     try:
         if harden is not None:
             _own_namespace(harden)
@@ -72,7 +73,7 @@ def _run_program(uid: int, limits: list[int], harden: dict | None, python: str, 
         _limit(resource.RLIMIT_NPROC, nproc)
         if harden is None:
             _become(uid)
-        os.chdir("/tmp")
+        os.chdir(start_dir)
         if harden is not None:
             _load_seccomp(harden["libc"], harden["bpf"])
         # Hardened, we still hold every capability of our own user namespace here; exec as a uid

@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from factory.health import metrics as health
 from factory.sandbox.bwrap import require_bwrap, resolve_interpreter
 from factory.sandbox.checked import CheckedProgram, CheckVerdict, verdict
-from factory.sandbox.config import ExecResult, Outcome, SandboxConfig, SandboxUnavailable
+from factory.sandbox.config import ExecResult, Mount, Outcome, SandboxConfig, SandboxUnavailable
 from factory.sandbox.runner import execute
 
 _DEFAULT = SandboxConfig()
@@ -85,12 +85,18 @@ class Sandbox:
         if problem:
             raise SandboxUnavailable(problem)
 
-    def run(self, code: str, *, stdin: str = "") -> ExecResult:
-        """Run one program (the text of a `__main__` module) with `stdin` as its standard input."""
+    def run(self, code: str, *, stdin: str = "", mounts: tuple[Mount, ...] = (), env: dict[str, str] | None = None,
+            cwd: str = "/tmp") -> ExecResult:
+        """Run one program (the text of a `__main__` module) with `stdin` as its standard input.
+
+        `mounts` bind host directories inside (a repository, its environment), `env` adds variables
+        to the clean environment, `cwd` is where the program starts (a mount's path, or /tmp).
+        """
         queued = time.perf_counter()
         with self._slots, _UIDS.lease() as uid:
             started = time.perf_counter()  # the wait for a slot is the pool's queue (factory_sandbox_queue_wait_seconds)
-            result = execute(self.config, code, stdin=stdin, bwrap=self._bwrap, python=self._python, uid=uid)
+            result = execute(self.config, code, stdin=stdin, bwrap=self._bwrap, python=self._python, uid=uid,
+                             mounts=mounts, env=env, cwd=cwd)
         health.sandbox_execution(result.outcome.value, started - queued, time.perf_counter() - started)
         return result
 

@@ -25,7 +25,7 @@ import time
 
 from factory.sandbox.bwrap import build_argv
 from factory.sandbox.cgroup import CgroupScope
-from factory.sandbox.config import ExecResult, Outcome, SandboxConfig, SandboxUnavailable, classify
+from factory.sandbox.config import ExecResult, Mount, Outcome, SandboxConfig, SandboxUnavailable, classify
 from factory.sandbox.seccomp import filter_bpf
 
 _HOST_ENV = {"PATH": "/usr/bin:/bin"}  # bubblewrap itself gets nothing from our environment either
@@ -51,8 +51,10 @@ class _Capture:
         return self.data.decode("utf-8", errors="replace")
 
 
-def execute(config: SandboxConfig, code: str, *, stdin: str, bwrap: str, python: str, uid: int) -> ExecResult:
-    """Run `code` once in a fresh sandbox; `uid` is the unprivileged uid to run as (-1: keep ours)."""
+def execute(config: SandboxConfig, code: str, *, stdin: str, bwrap: str, python: str, uid: int,
+            mounts: tuple[Mount, ...] = (), env: dict[str, str] | None = None, cwd: str = "/tmp") -> ExecResult:
+    """Run `code` once in a fresh sandbox; `uid` is the unprivileged uid to run as (-1: keep ours).
+    `mounts`, `env` and `cwd` are build_argv's."""
     texts = code.encode(), stdin.encode()  # before any fd exists: an unencodable text leaks none
     seccomp_fd = _memfd("seccomp", filter_bpf()) if config.harden else -1
     code_fd = _memfd("main.py", texts[0])
@@ -62,7 +64,8 @@ def execute(config: SandboxConfig, code: str, *, stdin: str, bwrap: str, python:
     scope = None
     try:
         argv = build_argv(
-            config, bwrap=bwrap, python=python, uid=uid, code_fd=code_fd, status_fd=status_write, seccomp_fd=seccomp_fd
+            config, bwrap=bwrap, python=python, uid=uid, code_fd=code_fd, status_fd=status_write, seccomp_fd=seccomp_fd,
+            mounts=mounts, env=env, cwd=cwd,
         )
         scope = CgroupScope.create(max_processes=config.max_processes, memory_mb=config.memory_mb)
         if scope is not None:
