@@ -38,7 +38,8 @@ PG_SECRET = "dagster-postgresql-secret"  # the chart's Postgres password Secret
 EXAMPLE_OPS = {"refine": ("dedup_job", "staged__python_stdlib_exact_deduped"), "tokenize": ("tokenize_job", "tokenizer"),
                "mix": ("mix_job", "mix"), "train": ("train_job", "training_run"),
                "export": ("eval_job", "checkpoint_export"), "eval": ("eval_job", "eval_scores"),
-               "synth": ("synth_job", "synthetic__rephrase"), "sweep": ("train_job", "training_run")}
+               "synth": ("synth_job", "synthetic__rephrase"), "sweep": ("train_job", "training_run"),
+               "build": ("envs_build_job", "envs__builds")}
 EXAMPLE_PARALLEL = ParallelConfig(nnodes=2, nproc_per_node=8)
 IMAGE_PYTHON = "/opt/venv/bin/python"  # deploy/Dockerfile's venv (the example is built outside the image)
 

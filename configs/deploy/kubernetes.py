@@ -40,7 +40,8 @@ PRIORITIES = [
     PriorityClassSpec(name="factory-eval", value=100000, description="Evals of new checkpoints: preempt long jobs."),
     PriorityClassSpec(name="factory-training", value=50000, description="Training runs (checkpoint on SIGTERM)."),
     PriorityClassSpec(name="factory-sweep", value=20000, description="Sweep cells: behind training."),
-    PriorityClassSpec(name="factory-cpu", value=10000, description="CPU-pool data work (refine, tokenize, mix)."),
+    PriorityClassSpec(name="factory-cpu", value=10000,
+                      description="CPU-pool work (refine, tokenize, mix, repository builds)."),
     PriorityClassSpec(name="factory-backfill", value=1000, preemption_policy="Never",
                       description="Synthetic-data backfill on idle GPUs: never preempts, preempted first."),
 ]
@@ -51,6 +52,8 @@ KINDS = {
     "refine": PodShape(pool="cpu", cpu="8", memory="32Gi", priority_class="factory-cpu"),
     "tokenize": PodShape(pool="cpu", cpu="4", memory="16Gi", priority_class="factory-cpu"),
     "mix": PodShape(pool="cpu", cpu="2", memory="8Gi", priority_class="factory-cpu"),
+    # repository environments and task derivation: builds and test suites run in the sandbox
+    "build": PodShape(pool="cpu", cpu="8", memory="32Gi", priority_class="factory-cpu", sandboxed=True),
     "train": PodShape(pool="gpu", cpu="8", memory="64Gi", priority_class="factory-training", tolerations=GPU_TAINT),
     "export": PodShape(pool="gpu", cpu="4", memory="32Gi", gpu=1, priority_class="factory-eval", tolerations=GPU_TAINT),
     "eval": PodShape(pool="gpu", cpu="4", memory="32Gi", gpu=1, priority_class="factory-eval", tolerations=GPU_TAINT,

@@ -261,7 +261,7 @@ class DagsterProfile(_Frozen):
         return self
 
 
-AssetKind = Literal["refine", "tokenize", "mix", "train", "export", "eval", "synth", "sweep"]
+AssetKind = Literal["refine", "tokenize", "mix", "train", "export", "eval", "synth", "sweep", "build"]
 ASSET_KINDS: tuple[str, ...] = AssetKind.__args__
 
 

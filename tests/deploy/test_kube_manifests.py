@@ -100,7 +100,7 @@ def test_run_and_step_jobs_are_placed_by_the_kind_table(profile, manifests, kind
         assert {"name": "factory-home", "persistentVolumeClaim": {"claimName": k8s.home_claim}} in spec["volumes"]
         # code evals and synthetic validators run bubblewrap as the image's uid: only their pods get
         # the seccomp profile and unmasked /proc (in a user namespace) it needs
-        assert shape.sandboxed == (kind in ("eval", "synth"))
+        assert shape.sandboxed == (kind in ("eval", "synth", "build"))
         assert container.get("securityContext") == (SANDBOX_SECURITY if shape.sandboxed else None), name
         assert spec.get("hostUsers") == (False if shape.sandboxed else None), name
 

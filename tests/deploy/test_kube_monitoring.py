@@ -29,6 +29,7 @@ import pytest
 import yaml
 
 from factory.deploy import DeployError, load_profile
+from factory.deploy.config import ASSET_KINDS
 from factory.deploy.kube import monitoring
 from factory.deploy.kube.cluster import cluster_manifests
 from factory.deploy.kube.helm import DAGSTER_HOME, PG_SECRET, helm_values
@@ -90,7 +91,7 @@ def serve(command: list[str], env: dict | None = None) -> subprocess.Popen:
 
 def test_every_factory_pod_runs_the_exporter_as_a_native_sidecar(profile, manifests):
     pods = factory_pods(manifests)
-    assert len(pods) == 2 * 8 + 2  # a run and a step Job per kind, rank 0, the workers' Job
+    assert len(pods) == 2 * len(ASSET_KINDS) + 2  # a run and a step Job per kind, rank 0, the workers' Job
     validate(list(manifests.values()), "1.33")
     for name, (meta, spec) in pods.items():
         [sidecar] = spec["initContainers"]

@@ -51,7 +51,7 @@ KIND_TAG_KEY = "factory/kind"
 SWEEP_TAG_KEY = "factory/sweep"
 KIND_TAG = {kind: ("training" if kind == "train" else kind) for kind in ASSET_KINDS}
 TAG_KIND = {tag: kind for kind, tag in KIND_TAG.items()}
-RUN_PRECEDENCE = ("train", "sweep", "eval", "export", "synth", "refine", "tokenize", "mix")
+RUN_PRECEDENCE = ("train", "sweep", "eval", "export", "synth", "build", "refine", "tokenize", "mix")
 KIND_LABEL = "factory.dev/kind"
 KUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 GRACE_MARGIN_S = 30  # the kubelet's SIGKILL comes this long after the trainer's own deadline
