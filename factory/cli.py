@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
 # exception's class is loaded by definition, and importing them all here would pull torch into
 # every failing command (`factory.infer.export`).
 _USER_ERRORS = (
-    ("factory.data.sources", "SourceError"), ("factory.deploy", "DeployError"),
+    ("factory.data.sources", "SourceError"), ("factory.deploy", "DeployError"), ("factory.envs.sources", "SourceError"),
     ("factory.experiments", "ExperimentError"), ("factory.experiments.automix", "AutomixError"),
     ("factory.experiments.launcher", "LaunchError"), ("factory.infer.export", "ExportError"),
     ("factory.infer.openai_engine", "EndpointError"), ("factory.lake", "LakeError"), ("factory.mix", "MixError"), ("factory.tokenize", "TokenizerError"),
@@ -281,6 +281,25 @@ def _experiment_commands(commands, home) -> None:
     automix.add_argument("sweep", help="a sweep over mix_weights whose cells are evaluated (e.g. automix)")
     automix.add_argument("--name", default="automix", help="mix name to register the proposal under")
     automix.set_defaults(run=_lazy(module, "automix"))
+
+    envs = commands.add_parser("envs", parents=[home], help="repository environments: mirror, build, builds")
+    actions = envs.add_subparsers(dest="envs_command", required=True, metavar="ACTION")
+    p = actions.add_parser("mirror", parents=[home], help="a local package index with a repository set's sdists and wheels")
+    p.add_argument("--repos", required=True, help="repository set (configs/envs), e.g. demo")
+    p.add_argument("--dest", required=True, help="directory of the mirror (its index is DEST/simple)")
+    p.add_argument("--registry", default=None, help="index to mirror from (default: pip's configured index)")
+    p.set_defaults(run=_lazy("factory.envs.commands", "mirror"))
+    p = actions.add_parser("build", parents=[home], help="build and test every repository of a set; commit envs.builds")
+    p.add_argument("--repos", required=True, help="repository set (configs/envs), e.g. demo")
+    p.add_argument("--registry", default=None,
+                   help="index URL or mirror directory (default: $FACTORY_REGISTRY, else pip's configured index)")
+    p.add_argument("--parallel", type=int, default=1, help="repositories built at once (default 1)")
+    p.add_argument("--json", action="store_true", help="one JSON object per build")
+    p.set_defaults(run=_lazy("factory.envs.commands", "build"))
+    p = actions.add_parser("builds", parents=[home], help="the builds the lake holds, oldest first")
+    p.add_argument("--repos", default=None, help="only this repository set")
+    p.add_argument("--json", action="store_true", help="rows as JSON")
+    p.set_defaults(run=_lazy("factory.envs.commands", "builds"))
 
 
 def _lazy(module: str, action: str):

@@ -20,6 +20,8 @@ needs them, so one grep finds everything a deployment can set.
 | `FACTORY_METRICS` | `1`: export factory-health metrics to Prometheus (`factory.health`); unset or `0`: off |
 | `PROMETHEUS_MULTIPROC_DIR` | prometheus_client's multiprocess directory (default `FACTORY_HOME/metrics/prom` when metrics are on) |
 | `DAGSTER_HOME` | Dagster's instance (Dagster reads it; the run-queue exporter `make ui` starts polls it) |
+| `FACTORY_REGISTRY` | package index the environment builder resolves against (a `file://…/simple` mirror, or a URL); unset: pip's configured index |
+| `RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER`, `RAY_USAGE_STATS_ENABLED` | Ray's own switches, set by the task engine while a local instance starts (loopback only, no usage reports) |
 | `KUBECONFIG` | the kubeconfig `factory deploy check` reaches a cluster's API with (outside a pod) |
 | `RANK`, `WORLD_SIZE`, `LOCAL_RANK` | set by torchrun for each training process |
 | `NODE_RANK`, `JOB_COMPLETION_INDEX`, `SLURM_NODEID` | a multi-node scheduler's index of this node |
@@ -27,6 +29,7 @@ needs them, so one grep finds everything a deployment can set.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Mapping
@@ -45,6 +48,7 @@ NEPTUNE_TOKEN = "NEPTUNE_API_TOKEN"
 METRICS = "FACTORY_METRICS"
 PROMETHEUS_DIR = "PROMETHEUS_MULTIPROC_DIR"
 KUBECONFIG = "KUBECONFIG"
+REGISTRY = "FACTORY_REGISTRY"
 # the variables cluster schedulers set to say which node this is, in the order they are tried
 NODE_RANK_VARIABLES = ("NODE_RANK", "JOB_COMPLETION_INDEX", "SLURM_NODEID")
 
@@ -58,6 +62,21 @@ def get(name: str, environ: Mapping[str, str] | None = None) -> str | None:
 def environment() -> dict[str, str]:
     """A copy of this process's environment, for a child process that should inherit it."""
     return dict(os.environ)
+
+
+@contextlib.contextmanager
+def temporarily(name: str, value: str):
+    """Set `name` for this process and its children within the block, then restore it (Ray reads its
+    own switches from the environment of the processes it spawns: factory.tasks.engine_ray)."""
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
 
 
 def export(values: Mapping[str, str]) -> None:
@@ -89,6 +108,11 @@ def metrics_on() -> bool:
 
 def prometheus_dir() -> str | None:
     return get(PROMETHEUS_DIR)
+
+
+def registry() -> str | None:
+    """The package index repository builds resolve against, or None for pip's configured one."""
+    return get(REGISTRY) or None
 
 
 def kubeconfig() -> str | None:

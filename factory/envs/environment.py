@@ -87,7 +87,7 @@ class TestCase(BaseModel):
     test_id: str = Field(description="pytest node id relative to /repo (e.g. 'tests/test_x.py::test_y'), or unittest id.")
     outcome: CaseOutcome
     duration_s: float = Field(description="Wall time of the test (seconds).")
-    message: str = Field("", description="First 500 characters of the failure or skip reason.")
+    message: str = Field("", description="Last 500 characters of the failure or skip reason.")
 
 
 class TestReport(BaseModel):

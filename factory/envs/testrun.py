@@ -39,7 +39,8 @@ class PatchError(ValueError):
 
 def test_sandbox_config(timeout_s: float = 120.0, workers: int = 1, memory_mb: int = 4096) -> SandboxConfig:
     """Limits for one test run: a suite may take minutes, write files and spawn a few processes."""
-    return SandboxConfig(timeout_s=timeout_s, cpu_s=max(int(timeout_s), 1), memory_mb=memory_mb, max_processes=64,
+    # 256 processes: RLIMIT_NPROC counts threads too, and thread-pool tests start dozens
+    return SandboxConfig(timeout_s=timeout_s, cpu_s=max(int(timeout_s), 1), memory_mb=memory_mb, max_processes=256,
                          max_file_mb=64, tmp_mb=256, tmp_files=32768, max_output_bytes=16384, workers=workers)
 
 
@@ -59,7 +60,7 @@ def run_tests(env: Environment, sandbox: Sandbox, *, test_ids: Sequence[str] | N
         _open_to_sandbox(scratch)
         nonce = secrets.token_hex(16)
         report = out / "report.jsonl"
-        mounts = (Mount(host=str(env.venv_dir), path=VENV_PATH), Mount(host=str(repo), path=REPO_PATH, writable=True),
+        mounts = (Mount(host=str(env.venv_dir), path=VENV_PATH), Mount(host=str(repo), path=REPO_PATH, writable=True, owned=True),
                   Mount(host=str(INSIDE), path="/factory-report"), Mount(host=str(out), path="/out", writable=True))
         variables = {"FACTORY_REPORT_PATH": "/out/report.jsonl", "FACTORY_REPORT_NONCE": nonce,
                      "PYTHONPATH": "/factory-report", "PATH": f"{VENV_PATH}/bin:/usr/local/bin:/usr/bin:/bin",
@@ -122,7 +123,7 @@ def _read_report(path: Path, nonce: str, result, duration: float) -> TestReport:
                 outcome = CaseOutcome.ERROR
             cases[str(record["test_id"])] = TestCase(
                 test_id=str(record["test_id"]), outcome=outcome, duration_s=float(record.get("duration_s") or 0.0),
-                message=str(record.get("message", ""))[:500])
+                message=str(record.get("message", ""))[-500:])
     tail = (result.stdout + "\n" + result.stderr)[-OUTPUT_TAIL:]
     return TestReport(completed=completed, exec_outcome=result.outcome.value, exec_reason=result.reason,
                       cases=tuple(cases.values()), collection_errors=tuple(errors), duration_s=duration,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pyiceberg.schema import Schema
 from pyiceberg.types import (
+    BooleanType,
     DoubleType,
     IntegerType,
     ListType,
@@ -227,4 +228,97 @@ SWEEP_RESULTS = Schema(
     NestedField(17, "eval_id", StringType(), required=False),
     NestedField(18, "checkpoint_id", StringType(), required=False),
     NestedField(19, "created_at", TimestamptzType(), required=True, doc="when this row was written"),
+)
+
+# One row per attempt key (sha256 of task id and candidate) of the task engine
+# (`factory.tasks.engine`): written once, however many consumers asked or tries it took.
+TASK_ATTEMPTS = Schema(
+    NestedField(1, "attempt_key", StringType(), required=True, doc="sha256 of task_id, NUL, candidate (64 hex)"),
+    NestedField(2, "task_id", StringType(), required=True),
+    NestedField(3, "candidate_hash", StringType(), required=True, doc="sha256 of the candidate text (64 hex)"),
+    NestedField(4, "consumers", ListType(101, StringType(), element_required=True), required=True,
+                doc="consumers that had asked for the key when the row was written, sorted"),
+    NestedField(5, "priority", IntegerType(), required=True, doc="the most urgent priority it was asked at"),
+    NestedField(6, "outcome", StringType(), required=True, doc="the work's outcome, or timeout / crashed / error"),
+    NestedField(7, "reward", DoubleType(), required=True),
+    NestedField(8, "tries", IntegerType(), required=True, doc="starts of the attempt in workers, retries included"),
+    NestedField(9, "duration_s", DoubleType(), required=True, doc="wall time of the last try in its worker (s)"),
+    NestedField(10, "worker", StringType(), required=True, doc="<node id prefix>/<pid> of the last try"),
+    NestedField(11, "pid", LongType(), required=False, doc="worker process id of the last try"),
+    NestedField(12, "error", StringType(), required=True, doc="why it failed, empty when the work returned"),
+    NestedField(13, "detail", StringType(), required=True, doc="JSON: the work's fields besides outcome, reward"),
+    NestedField(14, "engine_run", StringType(), required=True, doc="the engine instance that wrote the row"),
+    NestedField(15, "created_at", TimestamptzType(), required=True),
+)
+
+# One row per validated task of `tasks.function_completion` / `tasks.bug_fixing` (`factory.tasks.store`):
+# both tables share this schema; a derivation replaces its environment's rows in one commit.
+TASKS = Schema(
+    NestedField(1, "task_id", StringType(), required=True, doc="content hash of kind, env digest, file, target, mutation (24 hex)"),
+    NestedField(2, "kind", StringType(), required=True, doc="function_completion or bug_fixing"),
+    NestedField(3, "repo", StringType(), required=True),
+    NestedField(4, "revision", StringType(), required=True),
+    NestedField(5, "env_digest", StringType(), required=True, doc="digest of the environment the task runs in"),
+    NestedField(6, "env_root", StringType(), required=True, doc="host directory of the environment at derivation"),
+    NestedField(7, "file", StringType(), required=True, doc="the broken file, relative to the repository root"),
+    NestedField(8, "target", StringType(), required=True, doc="qualified name of the function"),
+    NestedField(9, "mutation", StringType(), required=True, doc="'' for completion, else the mutation's description"),
+    NestedField(10, "prompt", StringType(), required=True),
+    NestedField(11, "broken_overlay", StringType(), required=True, doc="JSON {file: text of the broken file}"),
+    NestedField(12, "reference", StringType(), required=True, doc="the original body, or the inverse unified diff"),
+    NestedField(13, "fail_to_pass", ListType(111, StringType(), element_required=True), required=True),
+    NestedField(14, "pass_to_pass", ListType(112, StringType(), element_required=True), required=True),
+    NestedField(15, "lines_removed", IntegerType(), required=True),
+    NestedField(16, "tests_covering", IntegerType(), required=True, doc="FAIL_TO_PASS count"),
+    NestedField(17, "test_files", IntegerType(), required=True, doc="test files that mention the target"),
+    NestedField(18, "complexity", IntegerType(), required=True, doc="cyclomatic-ish count of the target"),
+    NestedField(19, "operator", StringType(), required=True, doc="remove_body or the mutation operator"),
+    NestedField(20, "seed", LongType(), required=True),
+    NestedField(21, "decontam", StringType(), required=True, doc="what the task was checked clean against"),
+    NestedField(22, "task_set", StringType(), required=True, doc="version id of the derivation (lineage)"),
+    NestedField(23, "created_at", TimestamptzType(), required=True),
+    NestedField(24, "reference_s", DoubleType(), required=True, doc="wall time of the reference's validation run (s)"),
+)
+
+# One row per repository build of `factory.envs.build` (`factory.envs.store`): its phases, its
+# outcome class and the rule behind it, the environment it produced. Appended per build batch.
+ENV_BUILDS = Schema(
+    NestedField(1, "build_id", StringType(), required=True, doc="unique id of the build attempt (32 hex)"),
+    NestedField(2, "repo", StringType(), required=True),
+    NestedField(3, "revision", StringType(), required=True, doc="sdist version, git sha or local-<digest>"),
+    NestedField(4, "repo_set", StringType(), required=True),
+    NestedField(5, "origin", StringType(), required=True, doc="lineage id of the source version"),
+    NestedField(6, "builder", StringType(), required=True, doc="heuristic, or an agent's name"),
+    NestedField(7, "failure_class", StringType(), required=True, doc="passed, no_build_system, ... (FailureClass)"),
+    NestedField(8, "failure_detail", StringType(), required=True),
+    NestedField(9, "rule", StringType(), required=True, doc="id of the builder rule behind the outcome"),
+    NestedField(10, "rules_json", StringType(), required=True, doc="JSON: plan part -> deciding rule id"),
+    NestedField(11, "resolve_outcome", StringType(), required=True, doc="ok, failed or skipped"),
+    NestedField(12, "resolve_s", DoubleType(), required=True),
+    NestedField(13, "build_outcome", StringType(), required=True),
+    NestedField(14, "build_s", DoubleType(), required=True),
+    NestedField(15, "test_outcome", StringType(), required=True),
+    NestedField(16, "test_s", DoubleType(), required=True),
+    NestedField(17, "lock_hash", StringType(), required=True, doc="sha256 of lock.json ('' before a lock)"),
+    NestedField(18, "env_digest", StringType(), required=True, doc="'' when no environment was built"),
+    NestedField(19, "env_uri", StringType(), required=True),
+    NestedField(20, "tests_passed", IntegerType(), required=True),
+    NestedField(21, "tests_failed", IntegerType(), required=True, doc="failed or errored, flaky ones included"),
+    NestedField(22, "tests_flaky", IntegerType(), required=True),
+    NestedField(23, "collection_errors", IntegerType(), required=True),
+    NestedField(24, "version_id", StringType(), required=True, doc="lineage id env_build/<repo>@<revision>/<digest12>"),
+    NestedField(25, "built_at", TimestamptzType(), required=True),
+    NestedField(26, "attempt", IntegerType(), required=True, doc="attempts the builder made (plans tried)"),
+)
+
+# One row per test per build (the full suite's first run; `flaky`: it failed there, passed on a rerun).
+ENV_TESTS = Schema(
+    NestedField(1, "build_id", StringType(), required=True),
+    NestedField(2, "repo", StringType(), required=True),
+    NestedField(3, "env_digest", StringType(), required=True),
+    NestedField(4, "test_id", StringType(), required=True, doc="pytest node id or unittest id"),
+    NestedField(5, "outcome", StringType(), required=True, doc="passed, failed, error or skipped"),
+    NestedField(6, "duration_s", DoubleType(), required=True),
+    NestedField(7, "flaky", BooleanType(), required=True),
+    NestedField(8, "message", StringType(), required=True, doc="first 500 characters of the failure"),
 )

@@ -66,6 +66,8 @@ class Mount(BaseModel):
     path: str = Field(pattern=r"^/[A-Za-z0-9_\-]+(/[A-Za-z0-9_.\-]+)*$",
                       description="Absolute path inside the sandbox; not under /tmp, /dev, /proc, /sys, /usr or /etc.")
     writable: bool = Field(False, description="Bind read-write instead of read-only.")
+    owned: bool = Field(False, description="Hand the tree to the execution's uid before it starts (a scratch copy "
+                        "whose programs set file times or modes, which only an owner may).")
 
     def model_post_init(self, _context) -> None:
         top = self.path.split("/")[1]

@@ -95,6 +95,9 @@ class Sandbox:
         queued = time.perf_counter()
         with self._slots, _UIDS.lease() as uid:
             started = time.perf_counter()  # the wait for a slot is the pool's queue (factory_sandbox_queue_wait_seconds)
+            for mount in mounts:
+                if mount.owned and uid >= 0:
+                    _chown_tree(mount.host, uid)
             result = execute(self.config, code, stdin=stdin, bwrap=self._bwrap, python=self._python, uid=uid,
                              mounts=mounts, env=env, cwd=cwd)
         health.sandbox_execution(result.outcome.value, started - queued, time.perf_counter() - started)
@@ -129,6 +132,14 @@ class Sandbox:
         """Run checked programs (checked.py) like `map`; a verdict each, PASSED only if the checks ran to the end."""
         results = self.map([p.text for p in programs], progress, stdins=[p.stdin for p in programs])
         return [verdict(result, program.nonce) for program, result in zip(programs, results)]
+
+
+def _chown_tree(root: str, uid: int) -> None:
+    """Give `root` and everything under it (links themselves, not their targets) to `uid`."""
+    os.chown(root, uid, uid, follow_symlinks=False)
+    for directory, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            os.chown(os.path.join(directory, name), uid, uid, follow_symlinks=False)
 
 
 @functools.lru_cache(maxsize=64)

@@ -150,3 +150,17 @@ def test_unittest_runner_reports_each_test(env, sandbox):
     only = run_tests(unit, sandbox, test_ids=["test_unittest_style.AddTest.test_add"],
                      overlay={"calc.py": "def add(a, b):\n    return 0\n"})
     assert only.completed and only.outcome_of("test_unittest_style.AddTest.test_add") is CaseOutcome.FAILED
+
+
+def test_the_run_owns_its_copy_of_the_sources(env, sandbox):
+    # setting a file's times needs its owner (jinja2's suite does it): the copy is the run's own uid's
+    touch = "import os\n\ndef test_utime():\n    os.utime('calc.py', (0, 0))\n    assert os.stat('calc.py').st_mtime == 0\n"
+    report = run_tests(env, sandbox, test_ids=["tests/test_touch.py::test_utime"], overlay={"tests/test_touch.py": touch})
+    assert report.completed and report.outcome_of("tests/test_touch.py::test_utime") is CaseOutcome.PASSED, report.cases
+
+
+def test_subtests_do_not_hide_a_failure(env, sandbox):
+    sub = ("import unittest\n\nclass T(unittest.TestCase):\n    def test_many(self):\n"
+           "        for i in range(3):\n            with self.subTest(i=i):\n                self.assertNotEqual(i, 1)\n")
+    report = run_tests(env, sandbox, test_ids=["tests/test_sub.py::T::test_many"], overlay={"tests/test_sub.py": sub})
+    assert report.completed and report.outcome_of("tests/test_sub.py::T::test_many") is CaseOutcome.FAILED

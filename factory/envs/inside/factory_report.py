@@ -31,6 +31,7 @@ def _make_writer():
 
 _write = _make_writer()
 _calls = {}
+_RANK = {"skipped": 0, "passed": 1, "failed": 2}
 
 
 def pytest_collectreport(report):
@@ -44,11 +45,15 @@ def pytest_runtest_logreport(report):
     state["duration"] += report.duration
     if report.when == "call":
         if getattr(report, "wasxfail", None) is not None:  # xfailed (skipped-like) or xpassed non-strict
-            state["outcome"] = "skipped" if report.skipped else "passed"
+            outcome = "skipped" if report.skipped else "passed"
         else:
-            state["outcome"] = report.outcome
-        if report.failed or report.skipped:
-            state["message"] = _message(report)
+            outcome = report.outcome
+        # subtests report several calls for one test id: the worst one stands (a failed subtest fails
+        # the test, a skipped one does not hide the test's own pass)
+        if _RANK.get(outcome, 0) >= _RANK.get(state["outcome"], -1):
+            state["outcome"] = outcome
+            if report.failed or report.skipped:
+                state["message"] = _message(report)
     elif report.failed:  # setup or teardown error
         state["outcome"] = "error"
         state["message"] = _message(report)
@@ -57,7 +62,7 @@ def pytest_runtest_logreport(report):
         state["message"] = _message(report)
     if report.when == "teardown":
         _write({"test_id": node, "outcome": state["outcome"] or "error", "duration_s": round(state["duration"], 6),
-                "message": state["message"][:500]})
+                "message": state["message"][-500:]})  # the end names the exception
 
 
 def pytest_sessionfinish(session, exitstatus):
