@@ -1,0 +1,88 @@
+"""Starting, joining and inspecting the Ray instance the task engine runs on.
+
+A local instance listens on loopback only. `_node_ip_address="127.0.0.1"` alone does not do it on
+Linux: Ray replaces a loopback address with the host's outward one unless its cluster mode is off
+(`RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`, the switch Ray uses on macOS and Windows), and its servers
+bind every interface unless the node address is loopback. So the switch is on while the instance
+starts (the processes it spawns inherit it) and restored afterwards, so that an engine that later
+joins a real cluster from this process resolves its own address again. A driver joining a loopback
+instance by its address ('127.0.0.1:<gcs port>', another process's engine) needs the same switch, or
+it looks for a raylet at the host's outward address and waits forever. Measured on the 2-core dev
+box: `ray.init` takes ~7-15 s and the instance's processes hold ~1 GB RSS with two idle workers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+
+import ray
+
+from factory import settings
+from factory.tasks.engine_model import EngineConfig
+
+CLUSTER_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+def start_ray(config: EngineConfig) -> bool:
+    """Start or join Ray for `config`; False when Ray was already initialized here (not ours to stop)."""
+    if settings.get("RAY_USAGE_STATS_ENABLED") is None:  # no usage reports: nothing leaves the host
+        settings.export({"RAY_USAGE_STATS_ENABLED": "0"})
+    if ray.is_initialized():
+        return False
+    quiet = {"logging_level": logging.WARNING, "log_to_driver": False, "namespace": "factory-tasks"}
+    if config.address is not None and not _on_loopback(config.address):
+        ray.init(address=config.address, **quiet)
+        return True
+    if config.address is not None:  # a second driver of a loopback instance: it must call itself 127.0.0.1 too
+        with _loopback_only():
+            ray.init(address=config.address, _node_ip_address="127.0.0.1", **quiet)
+        return True
+    with _loopback_only():
+        ray.init(address="local", include_dashboard=False, num_cpus=math.ceil(config.workers * config.attempt_cpus),
+                 _node_ip_address="127.0.0.1", object_store_memory=config.object_store_mb * 2**20, **quiet)
+    return True
+
+
+def _on_loopback(address: str) -> bool:
+    host = address.removeprefix("ray://").rsplit(":", 1)[0].strip("[]")
+    return host in ("127.0.0.1", "localhost", "::1")
+
+
+@contextlib.contextmanager
+def _loopback_only():
+    from ray._private import ray_constants
+
+    before_flag = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False  # read at import; services.py reads the module attribute per call
+    try:
+        with settings.temporarily(CLUSTER_SWITCH, "0"):
+            yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = before_flag
+
+
+def ray_processes() -> list[int]:
+    """PIDs of the Ray instance this process started (gcs, raylet, agents, workers and their children)."""
+    import psutil
+
+    node = ray._private.worker._global_node  # None when joined through Ray Client or not started here
+    pids: set[int] = set()
+    for infos in (node.all_processes.values() if node is not None else ()):
+        for info in infos:
+            pids.add(info.process.pid)
+            with contextlib.suppress(psutil.NoSuchProcess):
+                pids.update(p.pid for p in psutil.Process(info.process.pid).children(recursive=True))
+    return sorted(pids)
+
+
+def memory_mb(pids: list[int]) -> float:
+    """Resident memory of `pids` together (MiB), the ones still alive."""
+    import psutil
+
+    total = 0
+    for pid in pids:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            total += psutil.Process(pid).memory_info().rss
+    return total / 2**20
