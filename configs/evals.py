@@ -3,7 +3,9 @@
 `default` is sized for a smoke model on two CPU cores (one to two minutes after the engine
 starts): bits per byte on 32 held-out documents of every source, 200 next-line completions,
 HumanEval greedy pass@1 on all 164 problems plus sampled pass@1/pass@5 on the first 16. `quick` is
-the same tasks on a sliver, for tests and the end-to-end sensor check.
+the same tasks on a sliver, for tests and the end-to-end sensor check. `repo_tasks` is pass@1 on
+50 stored function-completion tasks of real repositories, scored in the sandbox through the task
+engine on Ray (it needs `tasks/function_completion` materialized first).
 """
 
 from __future__ import annotations
@@ -43,7 +45,14 @@ def heldout() -> SuiteConfig:
     return SuiteConfig(name="heldout", tasks=[{"task": "bpb", "max_docs": 16, "max_bytes_per_doc": 2048}])
 
 
-SUITES = {"default": default, "quick": quick, "heldout": heldout}
+def repo_tasks() -> SuiteConfig:
+    """Function completion on repositories' own tests: greedy pass@1 through the task engine."""
+    from factory.evals import SuiteConfig
+
+    return SuiteConfig(name="repo_tasks", tasks=[{"task": "repo_tasks", "max_tasks": 50}])
+
+
+SUITES = {"default": default, "quick": quick, "heldout": heldout, "repo_tasks": repo_tasks}
 
 
 def suite(name: str) -> SuiteConfig:

@@ -1,7 +1,9 @@
 """The eval suite: tasks registered with configs, run on the inference engine, scored into Iceberg.
 
 Tasks: `bpb` (bits per byte on each source's held-out split), `humaneval` (pass@1 / pass@k with
-checks in the sandbox), `line_completion` (next-line exact match on held-out stdlib functions).
+checks in the sandbox), `line_completion` (next-line exact match on held-out stdlib functions),
+`repo_tasks` (pass@1 on stored function-completion tasks of real repositories, scored through the
+task engine on Ray).
 
 Reading scores (`factory evals`, `sweeps.results`) needs only `results`, so that is all the package
 imports; the suite and the tasks bring the inference engine and torch, and are imported when first

@@ -85,7 +85,7 @@ def register(config_cls: type[TaskConfig]):
     return wrap
 
 
-BUILTIN = ("bpb", "completion", "humaneval")  # the modules of factory/evals that register tasks
+BUILTIN = ("bpb", "completion", "humaneval", "repo_tasks")  # the modules of factory/evals that register tasks
 
 
 def builtin_tasks() -> dict:
