@@ -21,7 +21,11 @@ export FACTORY_DAGSTER_PG_PASSWORD ?= factory-loopback-secret
 
 .PHONY: setup system instance demo test ui mlflow doctor image clean cluster-up cluster-down
 
-setup: system $(VENV)/.installed $(VENV)/compat/transformers4 instance
+# The local package mirror repository builds resolve against in `make demo` and the tests (no network
+# there): the demo repository set's sdists, their wheels, pytest and the build backends.
+REGISTRY := .cache/registry
+
+setup: system $(VENV)/.installed $(VENV)/compat/transformers4 instance $(REGISTRY)/.complete
 
 system:
 	@if ! command -v java >/dev/null || ! command -v bwrap >/dev/null || ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
@@ -45,6 +49,11 @@ $(VENV)/.installed: pyproject.toml $(wildcard wheels/*.whl)
 # (its directory first on PYTHONPATH); a separate target so an existing venv gets it too
 $(VENV)/compat/transformers4: $(VENV)/.installed
 	$(BIN)/pip install -q --no-deps --upgrade --target $@ "transformers==4.57.6" "tokenizers==0.22.2" "huggingface-hub==0.36.2"
+	@touch $@
+
+$(REGISTRY)/.complete: configs/envs/corpus.py $(VENV)/.installed
+	@echo "== filling the package mirror $(REGISTRY) (the demo repository set; network to the package index)"
+	$(BIN)/factory envs mirror --repos demo --dest $(REGISTRY)
 	@touch $@
 
 # The Dagster instance of the deployment profile (FACTORY_DEPLOY, default embedded): the run queue

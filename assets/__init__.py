@@ -1,18 +1,20 @@
 """Thin Dagster assets, one module per stage; asset key prefixes match Iceberg namespaces."""
 
+from assets.envs import env_builds
 from assets.evals import checkpoint_export, eval_scores
 from assets.mix import mix
 from assets.raw import raw_assets
 from assets.refine import refine_assets, refine_checks
 from assets.sweeps import automix, sweep_results
 from assets.synth import synth_assets
+from assets.tasks import task_assets
 from assets.tokenizer import tokenizer
 from assets.train import training_run
 
 
 def all_assets() -> list:
     return [*raw_assets(), *refine_assets(), tokenizer, mix, training_run, checkpoint_export, eval_scores, *synth_assets(),
-            sweep_results, automix]
+            sweep_results, automix, env_builds, *task_assets()]
 
 
 def all_checks() -> list:

@@ -2,6 +2,7 @@
 
 from dagster import AssetKey, AssetSelection, define_asset_job
 
+from assets.envs import repo_set_partitions
 from assets.evals import checkpoint_partitions
 from assets.refine import dedup_asset_keys
 from assets.sweeps import sweep_partitions
@@ -79,11 +80,20 @@ demo_job = define_asset_job(
     "demo_job",
     selection=AssetSelection.all() - AssetSelection.assets(AssetKey("mix"), AssetKey("training_run"),
                                                            AssetKey("checkpoint_export"), AssetKey("eval_scores"))
-    - AssetSelection.groups("synthetic") - AssetSelection.groups("sweeps"),
+    - AssetSelection.groups("synthetic") - AssetSelection.groups("sweeps") - AssetSelection.groups("envs", "tasks"),
     description="Ingest, refine and train the tokenizer on the embedded defaults (what `make demo` runs "
                 "before registering the default mix).",
 )
 
-jobs = [ingest_job, dedup_job, tokenize_job, mix_job, train_job, eval_job, synth_job, sweep_job, automix_job, demo_job]
+envs_build_job = define_asset_job(
+    "envs_build_job",
+    selection=AssetSelection.groups("envs", "tasks"),
+    partitions_def=repo_set_partitions,
+    description="Build one repository set's environments (pick the set as the partition), then derive its "
+                "function-completion and bug-fixing tasks. CPU pool.",
+    tags={"factory/kind": "build"},
+)
 
-__all__ = ["EVAL_PRIORITY", "automix_job", "dedup_job", "demo_job", "eval_job", "ingest_job", "jobs", "mix_job", "sweep_job", "synth_job", "tokenize_job", "train_job"]
+jobs = [ingest_job, dedup_job, tokenize_job, mix_job, train_job, eval_job, synth_job, sweep_job, automix_job, demo_job, envs_build_job]
+
+__all__ = ["EVAL_PRIORITY", "automix_job", "dedup_job", "demo_job", "envs_build_job", "eval_job", "ingest_job", "jobs", "mix_job", "sweep_job", "synth_job", "tokenize_job", "train_job"]

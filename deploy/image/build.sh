@@ -4,8 +4,11 @@
 #
 #   deploy/image/build.sh build [cpu|gpu]      # prints the image name last; timings on stderr
 #   deploy/image/build.sh run IMAGE [PODMAN-RUN-OPTIONS...] -- CMD...   # a container, removed after
+#                                              # (host network; FACTORY_IMAGE_NETWORK=none: none)
 #   deploy/image/build.sh size IMAGE           # bytes
 #   deploy/image/build.sh podman ARGS...       # podman on the build's storage (images, inspect, rm)
+#   deploy/image/build.sh buildah ARGS...      # buildah on that storage (factory/envs/image.py's layers)
+#   deploy/image/build.sh base                 # the base image (pulled or made here), printed
 #   deploy/image/build.sh clean                # every image, container and layer of that storage
 #
 # Base: $FACTORY_IMAGE_BASE if set, else docker.io/library/debian:bookworm-slim when a registry
@@ -154,7 +157,7 @@ run() {  # run IMAGE [OPTIONS...] -- CMD...
   [ "${1:-}" = -- ] && shift
   hard_files=$(ulimit -Hn)
   command -v runc >/dev/null || { echo "runc is missing: apt-get install runc" >&2; exit 1; }
-  exec podman --runtime runc --cgroup-manager cgroupfs run --rm --network host \
+  exec podman --runtime runc --cgroup-manager cgroupfs run --rm --network "${FACTORY_IMAGE_NETWORK:-host}" \
     --ulimit "nofile=$hard_files:$hard_files" --ulimit "nproc=${FACTORY_IMAGE_NPROC:-32768}:${FACTORY_IMAGE_NPROC:-32768}" \
     "${opts[@]}" "$image" "$@"
 }
@@ -166,6 +169,8 @@ case "${1:-}" in
   run) shift; run "$@" ;;
   size) shift; size "$@" ;;
   podman) shift; exec podman "$@" ;;  # podman on this storage root (inspect, rm, images)
+  buildah) shift; exec buildah "$@" ;;
+  base) pick_base ;;
   clean) buildah rm --all >/dev/null; podman system reset --force >/dev/null 2>&1; rm -rf "$ROOT" ;;
-  *) echo "usage: build.sh build [cpu|gpu] | run IMAGE [OPTIONS] -- CMD... | size IMAGE | podman ARGS... | clean" >&2; exit 2 ;;
+  *) echo "usage: build.sh build [cpu|gpu] | run IMAGE [OPTIONS] -- CMD... | size IMAGE | podman ARGS... | buildah ARGS... | base | clean" >&2; exit 2 ;;
 esac

@@ -3,7 +3,9 @@
 The phases are the commands a user could type one by one (the same ones `make demo` ran before):
 check the deployment profile, register the smoke experiment's run, `dagster job execute demo_job`
 (ingest, refine, tokenizer), then `dagster asset materialize` of the mix, the training run, the
-newest checkpoint's export and scores, the synthetic tables and the mix that adds them. Every
+newest checkpoint's export and scores, the synthetic tables and the mix that adds them, then the
+`demo` repository set built into environments and its tasks derived (against the local package
+mirror `make setup` fills, `REGISTRY`: the demo touches no network). Every
 Dagster command gets `configs/demo_run.yaml` (console logs at INFO, so Dagster's DEBUG events do
 not bury the progress). Each phase prints a header, the factory's own progress lines and its time;
 everything else lands in `FACTORY_HOME/logs/demo-<time>.log` (see `steps.py`). A failing phase
@@ -29,6 +31,7 @@ from factory.demo.steps import INDENT, Step, StepFailed, StepResult, duration, r
 from factory.home import CHECKOUT, dagster_home, factory_home
 
 RUN_CONFIG = CHECKOUT / "configs" / "demo_run.yaml"
+REGISTRY = CHECKOUT / ".cache" / "registry"  # `factory envs mirror --repos demo` (make setup) fills it
 
 
 def _tool(name: str, module: str) -> list[str]:
@@ -97,6 +100,9 @@ def run_pipeline(demo: Demo, experiment: str) -> str:
     demo.materialize(f"export + eval {checkpoint}", "checkpoint_export,eval_scores", checkpoint)
     demo.materialize("synthetic data (porting, rephrase)", "synthetic/porting,synthetic/rephrase")
     demo.materialize("mix default_synthetic", "mix", "default_synthetic")
+    demo.env.setdefault(settings.REGISTRY, (REGISTRY / "simple").as_uri())
+    demo.materialize("repository environments + tasks (demo set)",
+                     "envs/builds,tasks/function_completion,tasks/bug_fixing", "demo")
     return run
 
 
