@@ -31,6 +31,7 @@ from factory.demo.steps import INDENT, Step, StepFailed, StepResult, duration, r
 from factory.home import CHECKOUT, dagster_home, factory_home
 
 RUN_CONFIG = CHECKOUT / "configs" / "demo_run.yaml"
+ENVS_CONFIG = CHECKOUT / "configs" / "demo_envs.yaml"  # a few tasks per demo repository
 REGISTRY = CHECKOUT / ".cache" / "registry"  # `factory envs mirror --repos demo` (make setup) fills it
 
 
@@ -69,9 +70,9 @@ class Demo:
         self.say(f"{INDENT}done in {duration(result.seconds)}" + (f": {said}" if said else ""))
         return result
 
-    def materialize(self, name: str, select: str, partition: str | None = None) -> StepResult:
+    def materialize(self, name: str, select: str, partition: str | None = None, *, config: Path | None = None) -> StepResult:
         argv = [*self.dagster, "asset", "materialize", "-m", "definitions", "--select", select,
-                "-c", str(RUN_CONFIG)]
+                "-c", str(RUN_CONFIG), *(["-c", str(config)] if config else [])]
         return self.phase(name, argv + (["--partition", partition] if partition else []))
 
     def report_failure(self, failed: StepFailed) -> None:
@@ -102,7 +103,7 @@ def run_pipeline(demo: Demo, experiment: str) -> str:
     demo.materialize("mix default_synthetic", "mix", "default_synthetic")
     demo.env.setdefault(settings.REGISTRY, (REGISTRY / "simple").as_uri())
     demo.materialize("repository environments + tasks (demo set)",
-                     "envs/builds,tasks/function_completion,tasks/bug_fixing", "demo")
+                     "envs/builds,tasks/function_completion,tasks/bug_fixing", "demo", config=ENVS_CONFIG)
     return run
 
 

@@ -38,6 +38,7 @@ class Summary:
     checkpoint: str | None = None  # the scored checkpoint (the run's newest with results)
     suite: str | None = None
     scores: dict[tuple[str, str], tuple[float, int]] = field(default_factory=dict)  # (task, metric) -> (value, n)
+    builds: dict[str, str] = field(default_factory=dict)  # repo -> failure class of its latest build (demo set)
 
     @property
     def synthetic(self) -> dict[str, tuple[int, int]]:
@@ -57,7 +58,10 @@ def collect(lake: Lake, run: str | None, pipelines: list) -> Summary:
     drops = [Drops(source, steps[0]["rows_in"], steps[-1]["rows_out"],
                    dict(sum((Counter(s["dropped"]) for s in steps), Counter()).most_common()))
              for source, steps in by_source.items()]
-    return Summary(tables=tables, drops=drops, **(_training(lake, run) if run else {}))
+    from factory.envs.store import builds
+
+    latest = {row["repo"]: row["failure_class"] for row in builds(lake, "demo")}  # oldest first: newest wins
+    return Summary(tables=tables, drops=drops, builds=latest, **(_training(lake, run) if run else {}))
 
 
 def _rows(lake: Lake, name: str) -> int | None:
@@ -127,6 +131,13 @@ def render(summary: Summary, *, phases: list[tuple[str, float]], setup_seconds: 
     section("eval", _scores(summary))
     section("synthetic", [f"{name} {rows:,} rows ({rejected:,} rejected)"
                           for name, (rows, rejected) in sorted(summary.synthetic.items())])
+    passed = sorted(repo for repo, outcome in summary.builds.items() if outcome == "passed")
+    failed = [f"{repo} ({outcome})" for repo, outcome in sorted(summary.builds.items()) if outcome != "passed"]
+    tasks = [f"{name.removeprefix('tasks.')} {rows or 0:,}" for name, rows in sorted(summary.tables.items())
+             if name.startswith("tasks.") and name != "tasks.attempts"]
+    section("repos", ([f"{len(passed)}/{len(summary.builds)} demo environments built and tested: {', '.join(passed)}"
+                       + (f"; failed: {', '.join(failed)}" if failed else "")] if summary.builds else [])
+            + ([f"tasks derived from their test suites: {' · '.join(tasks)}"] if tasks else []))
     times = ([("setup (install)", setup_seconds)] if setup_seconds is not None else []) + phases
     times.append(("pipeline", sum(s for _, s in phases)))
     section("time", [f"{name:<34}{duration(seconds):>7}" for name, seconds in times])
@@ -166,7 +177,8 @@ def _next(summary: Summary, factory: str, experiment: str) -> list[str]:
     if summary.checkpoint and summary.suite:
         eval_id = f"eval/{summary.checkpoint.removeprefix('ckpt/')}/{summary.suite}"
         steps.append((f"{factory} lineage {eval_id}", "where those scores came from, down to the raw snapshots"))
-    steps += [(f"{factory} mix show default_synthetic", "the mix with the synthetic rows in it"),
+    steps += [(f"{factory} envs builds --repos demo", "each repository build: phases, failure class, tests"),
+              (f"{factory} mix show default_synthetic", "the mix with the synthetic rows in it"),
               (f"{factory} sweep launch smoke_lr", "queue a sweep (runs under make ui)"),
               (f'{factory} sql "select source, count(*) from raw.python_stdlib group by 1"', "")]
     width = max(len(command) for command, why in steps if why)

@@ -133,6 +133,10 @@ def _try(env: Environment, kind: str, config: DeriveConfig, sandbox: Sandbox, ca
     if not broken.completed:
         # typically the break raises at import (a conftest or module-level call): pytest stops early
         return None, f"broken run did not complete ({broken.exec_outcome}: {broken.exec_reason})"
+    if broken.collection_errors:
+        # the break runs at import: no test could even be collected, so every one would "fail to
+        # pass" and the task would grade the import, not the function
+        return None, "broken file stops test collection (it runs at import)"
     still = broken.passed()
     fail_to_pass = tuple(t for t in covered if t not in still)
     pass_to_pass = tuple(t for t in covered if t in still)

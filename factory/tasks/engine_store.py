@@ -9,6 +9,14 @@ and a re-run of a whole batch writes nothing.
 
 Why look keys up before running as well (`recorded`): a key already in the table has its result;
 serving it again would only spend a sandbox run on a row that would then be skipped.
+
+Final rows and failures: a row whose work returned its own verdict (`error` empty: passed, failed,
+a candidate's timeout in the sandbox...) is final, one per key, reused forever. A row the engine
+wrote because the work never returned (every lease expired, the worker died on every retry, the
+work function raised: `error` says which) is kept as history but is not final: the next request
+for its key runs it again, and the table then holds the failure rows and one final row. So a
+passing fault (a machine under load, a missing environment since rebuilt) is not frozen into the
+results.
 """
 
 from __future__ import annotations
@@ -34,13 +42,14 @@ def recorded(lake: Lake, table: str, keys: list[str]) -> dict[str, AttemptResult
     for i in range(0, len(keys), LOOKUP_CHUNK):
         rows = handle.scan(row_filter=In("attempt_key", keys[i:i + LOOKUP_CHUNK])).to_arrow().to_pylist()
         for row in rows:
-            found.setdefault(row["attempt_key"], AttemptResult.from_row(row, cached=True))
+            if not row["error"]:  # only final rows answer a request (see the module docstring)
+                found.setdefault(row["attempt_key"], AttemptResult.from_row(row, cached=True))
     return found
 
 
 def commit_results(lake: Lake, config: EngineConfig, results: list[AttemptResult], *,
                    asset_key: str = "tasks/attempts", run_id: str = "") -> tuple[list[str], dict[str, AttemptResult]]:
-    """Append the rows of `results` whose keys `config.table` lacks, in one snapshot.
+    """Append the rows of `results` whose keys have no final row in `config.table`, in one snapshot.
 
     Returns (keys written, {key: the table's row} for keys another writer had recorded first)."""
     by_key = {r.attempt_key: r for r in results}
@@ -66,6 +75,7 @@ def _present(table, keys: list[str]) -> set[str]:
     if table.current_snapshot() is None:
         return present
     for i in range(0, len(keys), LOOKUP_CHUNK):
-        scan = table.scan(row_filter=In("attempt_key", keys[i:i + LOOKUP_CHUNK]), selected_fields=("attempt_key",))
-        present.update(scan.to_arrow().column("attempt_key").to_pylist())
+        scan = table.scan(row_filter=In("attempt_key", keys[i:i + LOOKUP_CHUNK]),
+                          selected_fields=("attempt_key", "error"))
+        present.update(r["attempt_key"] for r in scan.to_arrow().to_pylist() if not r["error"])
     return present

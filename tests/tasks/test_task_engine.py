@@ -2,7 +2,7 @@
 scored exactly once in `tasks.attempts`; a worker killed mid-attempt (SIGKILL) is served again by
 Ray's retry; one that dies on every try is recorded as crashed once the retries run out; a hanging
 attempt hits its lease, is cancelled, served again and recorded as timeout; higher priorities start
-first; a work error is recorded once, not retried; a real function-completion task (built and
+first; a work error is recorded once, not retried, and is not final: the next request runs it again; a real function-completion task (built and
 derived here) is scored through the engine by `ScoreWork`; a second driver process joining the
 instance by address and asking for the same keys leaves one row per key; the instance listens on
 loopback only; closing it leaves no Ray process.
@@ -58,6 +58,11 @@ def work(request):
         time.sleep(spec["s"])
     elif mode == "raise":
         raise ValueError(f"no such thing as {spec.get('what', 'this')}")
+    elif mode == "raise_once":
+        marker = Path(spec["marker"])
+        if not marker.exists():
+            marker.write_text("raised")
+            raise OSError("the environment is not there (yet)")
     return {"outcome": "passed", "reward": 1.0, "pid": os.getpid()}
 
 
@@ -161,6 +166,18 @@ def test_a_work_error_is_recorded_once_without_retry(engine, lake):
     result = engine.run([request("broken", mode="raise", what="a broken candidate")])[0]
     assert (result.outcome, result.reward, result.tries) == ("error", 0.0, 1)
     assert result.error == "ValueError: no such thing as a broken candidate"
+
+
+def test_a_failure_of_the_engine_is_not_final_the_next_request_runs_it_again(engine, lake, tmp_path):
+    ask = request("transient", mode="raise_once", marker=str(tmp_path / "raised"))
+    first = engine.run([ask])[0]
+    assert first.outcome == "error" and "not there" in first.error
+    second = engine.run([ask])[0]  # not answered from the failure row: it runs, and passes
+    assert (second.outcome, second.cached) == ("passed", False)
+    history = sorted((r["created_at"], r["outcome"]) for r in rows(lake) if r["attempt_key"] == ask.key)
+    assert [outcome for _, outcome in history] == ["error", "passed"]
+    third = engine.run([ask])[0]  # the final row answers from now on
+    assert (third.outcome, third.cached) == ("passed", True)
 
 
 def test_higher_priorities_start_first(engine, lake):
