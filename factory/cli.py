@@ -282,7 +282,7 @@ def _experiment_commands(commands, home) -> None:
     automix.add_argument("--name", default="automix", help="mix name to register the proposal under")
     automix.set_defaults(run=_lazy(module, "automix"))
 
-    envs = commands.add_parser("envs", parents=[home], help="repository environments: mirror, build, builds")
+    envs = commands.add_parser("envs", parents=[home], help="repository environments: mirror, build, builds, image")
     actions = envs.add_subparsers(dest="envs_command", required=True, metavar="ACTION")
     p = actions.add_parser("mirror", parents=[home], help="a local package index with a repository set's sdists and wheels")
     p.add_argument("--repos", required=True, help="repository set (configs/envs), e.g. demo")
@@ -300,6 +300,10 @@ def _experiment_commands(commands, home) -> None:
     p.add_argument("--repos", default=None, help="only this repository set")
     p.add_argument("--json", action="store_true", help="rows as JSON")
     p.set_defaults(run=_lazy("factory.envs.commands", "builds"))
+    p = actions.add_parser("image", parents=[home], help="an OCI image per environment of a set's latest passing builds "
+                           "(buildah; base per Python version)")
+    p.add_argument("--repos", required=True, help="repository set (configs/envs), e.g. demo")
+    p.set_defaults(run=_lazy("factory.envs.commands", "image"))
 
 
 def _lazy(module: str, action: str):

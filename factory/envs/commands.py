@@ -3,7 +3,8 @@
 `mirror --repos NAME --dest DIR` fills a local PEP 503 index (mirror.py) so builds, tests and the
 demo run with no network; `build --repos NAME [--registry URL]` builds every repository of the set
 (build.py), commits envs.builds / envs.tests with lineage, and prints one row per repository and a
-table of outcomes by failure class; `builds` lists what the lake holds.
+table of outcomes by failure class; `builds` lists what the lake holds; `image --repos NAME` makes an
+OCI image of each environment of the set's latest passing builds (image.py).
 """
 
 from __future__ import annotations
@@ -108,5 +109,26 @@ def cmd_builds(args, out: Console) -> int:
     for r in rows:
         table.add_row(f"{r['built_at']:%Y-%m-%d %H:%M}", r["repo_set"], r["repo"], r["revision"][:16], r["failure_class"],
                       r["rule"], str(r["tests_passed"]), str(r["tests_failed"]), str(r["tests_flaky"]), r["env_digest"][:12])
+    out.print(table)
+    return 0
+
+
+def cmd_image(args, out: Console) -> int:
+    from factory.cli import open_lake
+    from factory.envs.environment import Environment
+    from factory.envs.image import build_env_image
+    from factory.tasks.pipeline import latest_builds
+
+    latest = latest_builds(open_lake(args), args.repos)
+    if not latest:
+        out.print(f"repository set {args.repos!r} has no builds; run `factory envs build --repos {args.repos}` first")
+        return 1
+    table = RichTable("repo", "revision", "image", "id", "built", title=f"environment images of {args.repos}")
+    for repo, row in sorted(latest.items()):
+        if row["failure_class"] != "passed":
+            table.add_row(repo, row["revision"], f"- (latest build is {row['failure_class']})", "", "")
+            continue
+        image = build_env_image(Environment.load(row["env_uri"].removeprefix("file://")))
+        table.add_row(repo, row["revision"], image.ref, image.image_id[:12], "yes" if image.built else "existing")
     out.print(table)
     return 0

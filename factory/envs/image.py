@@ -5,10 +5,12 @@ Design: an environment's venv points at the interpreter it was made with (`/env/
 link to it, `pyvenv.cfg` names its directory), so the base of every environment of one Python is
 that interpreter at the same path on a minimal Debian (deploy/image/build.sh's base: pulled where a
 registry answers, debootstrapped here otherwise), its standard library without site-packages or the
-test suite (`localhost/factory-env-base:py<version>`, built once per storage root). The layer
+test suite, plus the Debian packages of the shared libraries its extension modules link (libssl3,
+libsqlite3-0, ... read off the host with ldd and dpkg; `localhost/factory-env-base:py<version>`,
+built once per storage root). The layer
 above copies the content-addressed environment (venv at /env, sources at /repo) unchanged and
-labels it with the digest, lock hash, repository and revision, so an image names the exact
-environment `envs.builds` recorded and is rebuilt only when that digest changes. Tests then run in
+labels it with the digest, lock hash, repository, revision and base image id, so an image names the
+exact environment `envs.builds` recorded and is rebuilt only when that digest or the base changes. Tests then run in
 a container with no network (`podman run --network none`), as they ran in the sandbox.
 
 Everything goes through build.sh (`buildah`, `podman`, `base` subcommands), so the image storage,
@@ -33,6 +35,9 @@ BUILD_SH = CHECKOUT / "deploy" / "image" / "build.sh"
 # Not copied into the base: other packages (the venv has its own), the interpreter's own test
 # suite and bytecode caches (the sandbox never writes .pyc either), GUI toolkits.
 SKIPPED = {"site-packages", "test", "__pycache__", "idlelib", "tkinter", "turtledemo", "ensurepip"}
+# What the standard library's extension modules link on Debian bookworm, where ldd/dpkg cannot say.
+RUNTIME_PACKAGES = ("libssl3", "libsqlite3-0", "libffi8", "libreadline8", "libncursesw6", "libbz2-1.0", "liblzma5",
+                    "libexpat1", "libuuid1", "zlib1g", "libcrypt1", "libnsl2", "libtirpc3")
 
 
 class ImageError(RuntimeError):
@@ -57,11 +62,12 @@ def build_env_image(env: Environment) -> EnvImage:
     """The image of `env` (built unless one with its digest label exists), over its Python's base."""
     ref = image_ref(env)
     base = ensure_base()
-    existing = _inspect(ref, "{{.Id}} {{index .Labels \"factory.env.digest\"}}")
-    if existing and existing.split()[-1] == env.digest:
-        return EnvImage(ref=ref, image_id=existing.split()[0], base=base, built=False)
+    base_id = _inspect(base, "{{.Id}}")
+    existing = _inspect(ref, '{{.Id}} {{index .Labels "factory.env.digest"}} {{index .Labels "factory.env.base"}}').split()
+    if existing[1:] == [env.digest, base_id]:  # the same environment over the same base: nothing to build
+        return EnvImage(ref=ref, image_id=existing[0], base=base, built=False)
     labels = {"factory.env.digest": env.digest, "factory.env.lock": env.lock_hash, "factory.env.repo": env.repo,
-              "factory.env.revision": env.revision, "factory.env.rule": env.rule}
+              "factory.env.revision": env.revision, "factory.env.rule": env.rule, "factory.env.base": base_id}
     containerfile = "\n".join([f"FROM {base}", f"COPY venv/ {VENV_PATH}/", f"COPY src/ {REPO_PATH}/",
                                *(f'LABEL {k}="{v}"' for k, v in labels.items()), f"WORKDIR {REPO_PATH}", ""])
     with tempfile.TemporaryDirectory(prefix="factory-env-image-") as scratch:
@@ -84,8 +90,12 @@ def ensure_base() -> str:
     with tempfile.TemporaryDirectory(prefix="factory-env-base-") as scratch:
         context = Path(scratch)
         _copy_interpreter(prefix, context / "python")
+        packages = " ".join(runtime_packages(prefix))
         (context / "Containerfile").write_text(
-            f"FROM {debian}\nCOPY python/ {prefix}/\n"
+            f"FROM {debian}\n"
+            f"RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "
+            f"{packages} && rm -rf /var/lib/apt/lists/*\n"
+            f"COPY python/ {prefix}/\n"
             f'LABEL factory.python="{version}" factory.python.prefix="{prefix}"\n')
         _sh("buildah", "bud", "--isolation", "chroot", "--layers", "-f",
             str(context / "Containerfile"), "-t", ref, str(context))
@@ -97,6 +107,29 @@ def run_in_image(ref: str, *command: str, timeout_s: float = 600) -> subprocess.
     argv = [str(BUILD_SH), "run", ref, "--", *command]
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, cwd=CHECKOUT,
                           env=_env() | {"FACTORY_IMAGE_NETWORK": "none"})
+
+
+def runtime_packages(prefix: Path) -> tuple[str, ...]:
+    """Debian packages of the libraries the interpreter and its extension modules link (ldd + dpkg -S),
+    Tk's left out like tkinter itself; RUNTIME_PACKAGES where those tools are missing."""
+    binaries = [*prefix.glob("lib/libpython*.so*"), *prefix.glob("lib/python*/lib-dynload/*.so")]
+    binaries = [b for b in binaries if not b.name.startswith("_tkinter")]
+    if not binaries or not shutil.which("ldd") or not shutil.which("dpkg"):
+        return RUNTIME_PACKAGES
+    libraries: set[str] = set()
+    for binary in binaries:
+        done = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, timeout=30)
+        libraries |= {line.split("=>")[1].split()[0] for line in done.stdout.splitlines()
+                      if "=> /" in line}
+    owners: set[str] = set()
+    for library in sorted(libraries):
+        for path in (str(Path(library).resolve()), library):
+            done = subprocess.run(["dpkg", "-S", path], capture_output=True, text=True, timeout=30)
+            if done.returncode == 0:
+                owners.add(done.stdout.split(":")[0].strip())
+                break
+    owners.discard("libc6")
+    return tuple(sorted(owners)) or RUNTIME_PACKAGES
 
 
 def _copy_interpreter(prefix: Path, dest: Path) -> None:

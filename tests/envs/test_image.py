@@ -47,7 +47,7 @@ def env(tmp_path_factory, registry) -> Environment:
 def test_environment_image_runs_its_tests_offline(env):
     image = build_env_image(env)
     assert image.ref == image_ref(env) and image.base == ensure_base()
-    labels = run_in_image(image.ref, "/env/bin/python", "-c", "print('ok')")
+    labels = run_in_image(image.ref, "/env/bin/python", "-c", "import ssl, sqlite3, ctypes, lzma; print('ok')")
     assert labels.returncode == 0 and labels.stdout.strip() == "ok", labels.stderr
     done = run_in_image(image.ref, "/env/bin/python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
