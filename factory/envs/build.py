@@ -40,6 +40,7 @@ from factory.envs.environment import REPO_PATH, VENV_PATH, CaseOutcome, Environm
 from factory.envs.outcomes import BuildRecord, FailureClass, classify_run
 from factory.envs.registry import Lock, RegistryConfig, ResolutionError, has_only_sdists, resolve
 from factory.envs.sources import FetchedSource, RepoSet, RepoSource, SourceError, fetch_source
+from factory.envs.testrun import open_to_sandbox
 from factory.home import factory_home
 from factory.sandbox import Mount, Sandbox, SandboxConfig, SandboxUnavailable
 from factory.version import canonical_json
@@ -258,8 +259,8 @@ def _build_phase(plan: BuildPlan, lock: Lock, fetched: FetchedSource, staging: P
     lock_dir.mkdir(parents=True)
     try:
         (lock_dir / "requirements.txt").write_text(lock.requirements_text())
-        _open_tree(staging)
-        _open_tree(wheels / ".lock")
+        open_to_sandbox(staging)
+        open_to_sandbox(wheels / ".lock")
         program = _BUILD_PROGRAM.format(pip=PIP, install=plan.install).replace(
             "/wheels/.lock/requirements.txt", f"/wheels/.lock/{lock_name}/requirements.txt")
         mounts = (Mount(host=str(venv), path=VENV_PATH, writable=True), Mount(host=str(src), path=REPO_PATH, writable=True),
@@ -328,13 +329,3 @@ def _test_phase(env: Environment, plan: BuildPlan, sandbox: Sandbox) -> dict:
     return dict(failure_class=cls, failure_detail=detail, rule=runner_rule if cls is not FailureClass.PASSED else plan.rule,
                 test_outcome="ok" if report.completed else "failed", tests=tuple(cases.values()), flaky=tuple(flaky),
                 collection_errors=len(report.collection_errors))
-
-
-def _open_tree(root: Path) -> None:
-    """Let the sandbox's throwaway uid read and write a staging tree (it is root's otherwise)."""
-    for directory, _, files in os.walk(root):
-        os.chmod(directory, 0o777)
-        for name in files:
-            path = os.path.join(directory, name)
-            if not os.path.islink(path):
-                os.chmod(path, 0o777 if os.stat(path).st_mode & 0o111 else 0o666)

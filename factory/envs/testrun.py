@@ -57,7 +57,7 @@ def run_tests(env: Environment, sandbox: Sandbox, *, test_ids: Sequence[str] | N
         shutil.copytree(env.src_dir, repo, symlinks=True)
         apply_changes(repo, overlay=overlay, patch=patch)
         out.mkdir()
-        _open_to_sandbox(scratch)
+        open_to_sandbox(scratch)
         nonce = secrets.token_hex(16)
         report = out / "report.jsonl"
         mounts = (Mount(host=str(env.venv_dir), path=VENV_PATH), Mount(host=str(repo), path=REPO_PATH, writable=True, owned=True),
@@ -130,7 +130,7 @@ def _read_report(path: Path, nonce: str, result, duration: float) -> TestReport:
                       output_tail=tail)
 
 
-def _open_to_sandbox(root: Path) -> None:
+def open_to_sandbox(root: Path) -> None:
     """Make the scratch tree readable and writable by the sandbox's unprivileged uid."""
     for directory, dirnames, filenames in os.walk(root):
         os.chmod(directory, 0o777)

@@ -76,6 +76,12 @@ ELSEWHERE: list[tuple[str, str, str]] = [
      "the trainer's command line; on the demo home it would train"),
     (r"factory metrics serve\b", "tests/health/test_metrics.py::test_factory_metrics_serve_answers_on_loopback",
      "a server (until stopped); that test serves the demo-like multiprocess files over HTTP"),
+    (r"factory envs mirror\b", "tests/envs/test_commands.py::test_mirror_copies_the_demo_set_and_is_idempotent",
+     "fetches from the package index (network); the test mirrors from the local mirror"),
+    (r"factory envs build\b", "tests/envs/test_commands.py::test_build_the_demo_set_from_the_mirror",
+     "builds (new envs.builds rows); `make demo` built the demo set"),
+    (r"factory envs image\b", "tests/envs/test_image.py::test_environment_image_runs_its_tests_offline",
+     "builds images with buildah (the image storage, not the demo home)"),
     (r"factory eval\s", "tests/evals/test_commands.py::test_eval_prints_the_check_and_the_scores_then_evals_lists_them",
      "evaluates with vLLM (minutes on CPU); `factory evals` here reads what the demo scored"),
 ]
@@ -106,6 +112,8 @@ OUTCOMES: list[tuple[str, str]] = [
     (r"factory sweep results smoke_lr\b", r"4 cells: 4 pending"),
     (r"factory ingest python_stdlib\b", r"raw\.python_stdlib"),
     (r"factory deploy render --deploy kubernetes\b", r"values\.yaml"),
+    (r"factory envs builds --repos demo\b", r"termcolor.*passed"),
+    (r"from tasks\.function_completion", r"\d+ rows"),
     # writes that must find nothing to do on a finished demo (so the shared home stays as it was)
     (r"factory mix register default(_synthetic)?$", r"unchanged"),
     (r"factory lake heal\b", r"\b0 lineage rows written"),
