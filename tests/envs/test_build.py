@@ -1,7 +1,7 @@
 """factory.envs.build end to end: fixture repositories made here reach each failure class, a passing
 repository records its failing and flaky tests, the batch lands in envs.builds / envs.tests with a
 lineage row per build, a rebuild of the same revision from the same wheelhouse gets the same digest,
-and a builder may revise its plan. (Real sdists: test_commands.py builds the demo set.) Runs on CPU with bubblewrap, resolving
+and a builder may revise its plan. (Real sdists: test_envs_commands.py builds the demo set.) Runs on CPU with bubblewrap, resolving
 against the local mirror only (tests/envs/conftest.py): no network. ~1 minute."""
 
 from __future__ import annotations
