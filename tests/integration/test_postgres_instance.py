@@ -104,8 +104,14 @@ def test_dagster_dev_keeps_runs_and_sensor_ticks_in_postgres(postgres_profile, f
                                            "dagster_event_type = 'ASSET_MATERIALIZATION'", run_id)
     assert [json.loads(k) for (k,) in materialized] == [["raw", "python_stdlib"]]
 
-    ticks = [deserialize_value(body, TickData) for (body,) in query(postgres_profile, "SELECT tick_body FROM job_ticks "
-                                                                                      "WHERE status = 'SUCCESS'")]
-    fired = [t for t in ticks if t.instigator_name == "checkpoint_eval_sensor"]
+    # the daemon submits the run before it writes the tick's final (SUCCESS) state: wait for that write
+    deadline = time.monotonic() + 60
+    while True:
+        ticks = [deserialize_value(body, TickData) for (body,) in query(postgres_profile, "SELECT tick_body FROM job_ticks "
+                                                                                          "WHERE status = 'SUCCESS'")]
+        fired = [t for t in ticks if t.instigator_name == "checkpoint_eval_sensor"]
+        if fired or time.monotonic() > deadline:
+            break
+        time.sleep(1)
     assert [(list(t.run_ids), list(t.run_keys)) for t in fired] == [([eval_run], [checkpoint])]
     assert not list(Path(factory_env["DAGSTER_HOME"]).rglob("*.db"))  # no sqlite storage beside Postgres
