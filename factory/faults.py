@@ -18,6 +18,7 @@ silently injecting nothing and letting a recovery test pass without exercising r
 | `spike_at_steps` | those steps' loss is x1000 (a spike for the guards) |
 | `corrupt` | `{"step", "rank", "param"}`: after that step, one rank adds 1e-3 to one parameter |
 | `corrupt_export` | an export scales one weight matrix by 1.01 (the parity check must catch it) |
+| `corrupt_sync` | `{"version", "tensor", "mode"}`: the RL weight sync to that policy version perturbs (+1e-3) or skips one tensor |
 | `checkpoint_stall_s` | each checkpoint file waits that long between its temp file's fsync and its rename (a slow disk) |
 """
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -40,6 +42,16 @@ class Corruption(BaseModel):
     param: str
 
 
+class SyncCorruption(BaseModel):
+    """Sabotage the RL weight sync to policy `version`: `tensor` (a Llama name) is perturbed or left out."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    version: int = Field(ge=0)
+    tensor: str
+    mode: Literal["perturb", "skip"] = "perturb"
+
+
 class Faults(BaseModel):
     """Faults to inject; the default instance injects none."""
 
@@ -51,6 +63,7 @@ class Faults(BaseModel):
     corrupt: Corruption | None = None
     corrupt_export: bool = False
     checkpoint_stall_s: float = Field(0.0, ge=0)
+    corrupt_sync: SyncCorruption | None = None
 
     def loss_scale(self, step: int) -> float:
         """What the loss of optimizer step `step` (1-based) is multiplied by: 1.0 unless faulted."""

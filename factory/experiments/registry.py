@@ -228,5 +228,16 @@ def get_experiment(name: str, directory: Path | None = None) -> ExperimentConfig
     return discover_experiments(directory).get(name, "experiment", directory or EXPERIMENTS_DIR)
 
 
+def discover_rl_experiments(directory: Path | None = None) -> Discovery:
+    """The functions in configs/experiments annotated `-> RLConfig` (RL runs are experiments too)."""
+    from factory.posttrain.rl.config import RLConfig
+
+    return discover(directory or EXPERIMENTS_DIR, RLConfig, "RL experiment")
+
+
+def get_rl_experiment(name: str, directory: Path | None = None):
+    return discover_rl_experiments(directory).get(name, "RL experiment", directory or EXPERIMENTS_DIR)
+
+
 def get_sweep(name: str, directory: Path | None = None):
     return discover_sweeps(directory).get(name, "sweep", directory or SWEEPS_DIR)

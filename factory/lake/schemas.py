@@ -322,3 +322,27 @@ ENV_TESTS = Schema(
     NestedField(7, "flaky", BooleanType(), required=True),
     NestedField(8, "message", StringType(), required=True, doc="first 500 characters of the failure"),
 )
+
+# One row per RL rollout sample (`factory.posttrain.rl.store`): what the policy wrote, what it earned,
+# and which policy version, task and environment it came from. Rows of a step are committed with the
+# update that used them; a resumed run first drops rows of steps after its checkpoint.
+RL_ROLLOUTS = Schema(
+    NestedField(1, "run", StringType(), required=True),
+    NestedField(2, "step", LongType(), required=True, doc="the update (1-based) whose batch held the sample"),
+    NestedField(3, "policy_version", LongType(), required=True, doc="version of the weights that sampled it (0 = start)"),
+    NestedField(4, "lag", LongType(), required=True, doc="step - 1 - policy_version: versions it lagged the trainer"),
+    NestedField(5, "task_id", StringType(), required=True),
+    NestedField(6, "env_digest", StringType(), required=True, doc="environment of the check ('' = the sandbox alone)"),
+    NestedField(7, "group", IntegerType(), required=True, doc="position of the task in its step's batch"),
+    NestedField(8, "sample", IntegerType(), required=True, doc="position in the task's group"),
+    NestedField(9, "completion", StringType(), required=True, doc="the completion as scored"),
+    NestedField(10, "completion_tokens", IntegerType(), required=True),
+    NestedField(11, "finish_reason", StringType(), required=True, doc="stop or length"),
+    NestedField(12, "reward", DoubleType(), required=True),
+    NestedField(13, "advantage", DoubleType(), required=True),
+    NestedField(14, "outcome", StringType(), required=True, doc="the check's verdict: passed, failed, timeout, ..."),
+    NestedField(15, "reason", StringType(), required=True, doc="why: the harness's or the test run's reason"),
+    NestedField(16, "attempt_key", StringType(), required=True, doc="the tasks.attempts row that scored it"),
+    NestedField(17, "used", BooleanType(), required=True, doc="false when dropped (older than max_staleness)"),
+    NestedField(18, "created_at", TimestamptzType(), required=True),
+)

@@ -1,0 +1,1 @@
+"""Post-training: reinforcement learning from code execution (`rl/`); SFT follows."""
