@@ -80,7 +80,8 @@ demo_job = define_asset_job(
     "demo_job",
     selection=AssetSelection.all() - AssetSelection.assets(AssetKey("mix"), AssetKey("training_run"),
                                                            AssetKey("checkpoint_export"), AssetKey("eval_scores"))
-    - AssetSelection.groups("synthetic") - AssetSelection.groups("sweeps") - AssetSelection.groups("envs", "tasks"),
+    - AssetSelection.groups("synthetic") - AssetSelection.groups("sweeps") - AssetSelection.groups("envs", "tasks")
+    - AssetSelection.groups("posttrain"),
     description="Ingest, refine and train the tokenizer on the embedded defaults (what `make demo` runs "
                 "before registering the default mix).",
 )
@@ -94,6 +95,15 @@ envs_build_job = define_asset_job(
     tags={"factory/kind": "build"},
 )
 
-jobs = [ingest_job, dedup_job, tokenize_job, mix_job, train_job, eval_job, synth_job, sweep_job, automix_job, demo_job, envs_build_job]
+rl_job = define_asset_job(
+    "rl_job",
+    selection=AssetSelection.assets(AssetKey("rl_run")),
+    description="One RL run (partition: its config's name, an -> RLConfig function in configs/experiments); resumes "
+                "from its newest checkpoint.",
+    tags={"factory/kind": "training", "dagster/priority": str(PRIORITY["training"]),
+          "dagster/max_retries": str(RETRIES)},
+)
 
-__all__ = ["EVAL_PRIORITY", "automix_job", "dedup_job", "demo_job", "envs_build_job", "eval_job", "ingest_job", "jobs", "mix_job", "sweep_job", "synth_job", "tokenize_job", "train_job"]
+jobs = [ingest_job, dedup_job, tokenize_job, mix_job, train_job, eval_job, synth_job, sweep_job, automix_job, demo_job, envs_build_job, rl_job]
+
+__all__ = ["EVAL_PRIORITY", "automix_job", "dedup_job", "demo_job", "envs_build_job", "eval_job", "ingest_job", "jobs", "mix_job", "rl_job", "sweep_job", "synth_job", "tokenize_job", "train_job"]

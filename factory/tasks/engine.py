@@ -21,7 +21,9 @@ then recorded as `timeout`; a try whose worker died on every retry is `crashed`.
 Threads: `run` only hands requests to the dispatcher thread (which owns the heap and the in-flight
 tries) and waits; a writer thread commits finished results in batches (`engine_store`), so a commit
 never holds up dispatching; each waiter gets its results after the commit that makes them durable.
-A key already in the table is answered from it without running (`cached=True`).
+A key already in the table is answered from it without running (`cached=True`); the engine remembers
+the final rows it wrote or read (up to `MEMO` keys), so a key asked again (an RL policy that repeats a
+completion) is answered without scanning the table.
 
 Local Ray: `ray.init(address="local")` on 127.0.0.1 without a dashboard, for the engine's lifetime;
 on this 2-core machine it takes ~10-15 s and its processes hold ~1 GB (see `processes`). An engine
@@ -30,6 +32,7 @@ opened while Ray is already initialized uses that instance and leaves it running
 
 from __future__ import annotations
 
+import collections
 import datetime as dt
 import heapq
 import itertools
@@ -51,6 +54,7 @@ from factory.tasks.engine_worker import Ledger, ScoreWork, serve_remote
 
 __all__ = ["AttemptRequest", "AttemptResult", "EngineConfig", "EngineError", "ScoreWork", "TaskEngine", "attempt_key"]
 log = logging.getLogger(__name__)
+MEMO = 100_000  # final rows the engine keeps in memory to answer repeated keys without a table scan
 
 
 class EngineError(RuntimeError):
@@ -109,6 +113,7 @@ class TaskEngine:
         self._pending_since = 0.0
         self._closing = threading.Event()
         self._closed = False
+        self._memo: collections.OrderedDict[str, AttemptResult] = collections.OrderedDict()  # under _lock
         self._failure: BaseException | None = None
         self._dispatcher = threading.Thread(target=self._guard, args=(self._dispatch_loop,), daemon=True,
                                             name="task-engine-dispatch")
@@ -256,8 +261,11 @@ class TaskEngine:
         consumers: dict[str, set[str]] = {}
         for request in requests:
             consumers.setdefault(request.key, set()).add(request.consumer)
-        for key, row in recorded(self.lake, self.config.table, list(new)).items():
+        with self._lock:
+            known = {key: self._memo[key] for key in new if key in self._memo}
+        for key, row in (known | recorded(self.lake, self.config.table, [k for k in new if k not in known])).items():
             del new[key]
+            self._remember(row)
             waiter.inbox.put((key, row))
         for key, request in new.items():
             self._entries[key] = _Entry(request, consumers[key], request.priority, [waiter])
@@ -350,11 +358,22 @@ class TaskEngine:
             results = [self._result(entry) for entry in batch]
             _, theirs = commit_results(self.lake, self.config, results, asset_key=self.asset_key, run_id=self.run_id)
             self._ledger.forget.remote([r.attempt_key for r in results])
+            for result in results:
+                self._remember(theirs.get(result.attempt_key, result))
             with self._lock:
                 for result in results:
                     entry = self._committing.pop(result.attempt_key)
                     for waiter in entry.waiters:
                         waiter.inbox.put((result.attempt_key, theirs.get(result.attempt_key, result)))
+
+    def _remember(self, row: AttemptResult) -> None:
+        if row.error:  # only final rows answer a request again
+            return
+        with self._lock:
+            self._memo[row.attempt_key] = row if row.cached else row.model_copy(update={"cached": True})
+            self._memo.move_to_end(row.attempt_key)
+            while len(self._memo) > MEMO:
+                self._memo.popitem(last=False)
 
     def _result(self, entry: _Entry) -> AttemptResult:
         request, out = entry.request, entry.out

@@ -82,6 +82,9 @@ ELSEWHERE: list[tuple[str, str, str]] = [
      "builds (new envs.builds rows); `make demo` built the demo set"),
     (r"factory envs image\b", "tests/envs/test_env_image.py::test_environment_image_runs_its_tests_offline",
      "builds images with buildah (the image storage, not the demo home)"),
+    (r"-m factory\.posttrain\.rl\b", "tests/dagster/test_rl_asset.py::"
+     "test_a_killed_rl_run_resumes_through_dagster_and_counts_no_rollout_twice",
+     "trains (an RL run of minutes); the test runs the same entry point through the rl_run asset"),
     (r"factory eval\s", "tests/evals/test_commands.py::test_eval_prints_the_check_and_the_scores_then_evals_lists_them",
      "evaluates with vLLM (minutes on CPU); `factory evals` here reads what the demo scored"),
 ]

@@ -1,10 +1,12 @@
-"""The RL loop end to end on CPU: checkpoints of the session's smoke run, vLLM in-process rollouts,
-toy-curriculum rewards from the sandbox through the task engine (one local Ray on loopback for the
-module), GRPO updates and a verified weight sync after each. Sync and async modes, a corrupted sync
-that stops the run, a SIGKILLed run that resumes, rl.rollouts and train.checkpoints rows."""
+"""The RL loop end to end on CPU: a smoke model trained for this module (60 steps: the session's 8-step
+run is too close to random to earn any toy reward), vLLM in-process rollouts, toy-curriculum rewards
+from the sandbox through the task engine (one local Ray on loopback for the module), GRPO updates and a
+verified weight sync after each. The reward rises over three seeds; rl.rollouts and train.checkpoints
+hold what the runs did; async mode respects its staleness bound; a corrupted sync stops the run with
+an incident; bad lake references fail before anything starts. Slow tier: ~4 min on 2 cores."""
 
 import json
-import os
+import statistics
 import subprocess
 import sys
 
@@ -13,49 +15,73 @@ import pytest
 from factory.faults import Faults, SyncCorruption
 from factory.posttrain.rl import RLConfig, run_rl
 from factory.posttrain.rl.components import toy_reward
-from factory.posttrain.rl.config import RolloutConfig
+from factory.posttrain.rl.config import OptimConfig, RolloutConfig
 from factory.posttrain.rl.loop import open_scorer
 from factory.posttrain.rl.store import rollouts
 from factory.posttrain.rl.sync import SyncError
 from factory.train.checkpoint import checkpoints
 
-SMALL = RolloutConfig(prompts_per_step=4, group_size=4, max_tokens=3)
+pytestmark = pytest.mark.slow
+
+TOY = RolloutConfig(prompts_per_step=8, group_size=4, max_tokens=1)
+SMALL = RolloutConfig(prompts_per_step=4, group_size=4, max_tokens=1)
 Q = "model.layers.0.self_attn.q_proj.weight"
+START_STEPS = 60
+# measured on 2 cores (this test, 3 seeds x 24 steps): first-20% mean reward 0.00-0.06, last-20%
+# 0.16-0.27; gains 0.09-0.22, mean 0.16, std 0.065. The bounds sit about two stds below: each seed
+# gains at least MIN_GAIN, and the mean gain is at least MIN_MEAN_GAIN.
+MIN_GAIN, MIN_MEAN_GAIN = 0.03, 0.08
 
 
 @pytest.fixture(scope="module")
-def start(trained_checkpoints):
-    return trained_checkpoints.lake, trained_checkpoints.checkpoint_ids[-1]
+def start(tmp_path_factory, build_training_lake):
+    from configs.experiments import smoke
+    from factory.experiments import plan_experiment
+    from factory.train.config import CheckpointConfig
+    from factory.train.trainer import train
+
+    lake = build_training_lake(tmp_path_factory.mktemp("rl") / "home")
+    experiment = smoke().derive(name="rlstart", steps=START_STEPS, checkpoint=CheckpointConfig(every=START_STEPS),
+                                tracker={"backends": ["iceberg"]})
+    train(plan_experiment(lake, experiment), lake, run="rlstart")
+    return lake, f"ckpt/rlstart@{START_STEPS}"
 
 
 @pytest.fixture(scope="module")
 def scorer(start):
     lake, ckpt = start
-    config = RLConfig(name="scorer", start=ckpt, reward="toy", steps=1, rollout=SMALL)
+    config = RLConfig(name="scorer", start=ckpt, reward="toy", steps=1, rollout=TOY)
     with open_scorer(config, toy_reward(config, lake), lake) as engine:
         yield engine
 
 
-def test_sync_run_records_every_rollout_with_its_policy_version(start, scorer):
+def test_the_toy_reward_rises_over_three_seeds(start, scorer):
     lake, ckpt = start
-    config = RLConfig(name="rl-sync", start=ckpt, reward="toy", steps=3, checkpoint_every=2, rollout=SMALL)
-    result = run_rl(config, lake, scorer=scorer)
-    assert result.steps == 3 and result.checkpoints == ["ckpt/rl-sync@2", "ckpt/rl-sync@3"]
-    assert 0 < result.sync_share < 0.5
-    rows = rollouts(lake, "rl-sync")
+    gains = []
+    for seed in (0, 1, 2):
+        config = RLConfig(name=f"rl-toy-{seed}", start=ckpt, reward="toy", steps=24, seed=seed, checkpoint_every=12,
+                          rollout=TOY, optimizer=OptimConfig(lr=3e-3))
+        result = run_rl(config, lake, scorer=scorer)
+        cut = len(result.rewards) // 5
+        first, last = statistics.mean(result.rewards[:cut]), statistics.mean(result.rewards[-cut:])
+        print(f"seed {seed}: first 20% {first:.3f}, last 20% {last:.3f}: {[round(r, 2) for r in result.rewards]}")
+        assert last - first >= MIN_GAIN, (seed, result.rewards)
+        gains.append(last - first)
+    assert statistics.mean(gains) >= MIN_MEAN_GAIN, gains
+
+    # what the first run left behind: every sample with its policy version, verdict and scoring row
+    rows = rollouts(lake, "rl-toy-0")
     assert [(r["step"], r["policy_version"], r["lag"], r["used"]) for r in rows] == \
-        [(s, s - 1, 0, True) for s in (1, 2, 3) for _ in range(16)]
-    assert {(r["group"], r["sample"]) for r in rows if r["step"] == 1} == {(g, s) for g in range(4) for s in range(4)}
-    assert all(r["outcome"] in {"passed", "failed", "timeout", "oom", "crashed"} and r["reason"] for r in rows)
-    assert all(r["reward"] == (1.0 if r["outcome"] == "passed" else 0.0) for r in rows)
+        [(s, s - 1, 0, True) for s in range(1, 25) for _ in range(32)]
+    assert {(r["group"], r["sample"]) for r in rows if r["step"] == 1} == {(g, s) for g in range(8) for s in range(4)}
+    assert all(r["reward"] == (1.0 if r["outcome"] == "passed" else 0.0) and r["reason"] for r in rows)
     attempts = {r["attempt_key"]: r for r in lake.table("tasks.attempts").scan().to_arrow().to_pylist()}
-    assert all(attempts[r["attempt_key"]]["reward"] == r["reward"] for r in rows)  # each row leads to its scoring
+    assert all(attempts[r["attempt_key"]]["reward"] == r["reward"] for r in rows)
     # RL checkpoints are checkpoints: the eval sensor, `factory export` and lineage take them as they are
-    [row] = [c for c in checkpoints(lake, "rl-sync") if c["step"] == 3]
-    assert row["eval_every"] == config.eval_every
-    [first] = lake.lineage.records(version_id="ckpt/rl-sync@2")
-    [second] = lake.lineage.records(version_id="ckpt/rl-sync@3")
-    assert first.upstream[0] == ckpt and second.upstream[0] == "ckpt/rl-sync@2"
+    assert [c["step"] for c in checkpoints(lake, "rl-toy-0")] == [12, 24]
+    [first_ckpt] = lake.lineage.records(version_id="ckpt/rl-toy-0@12")
+    [second_ckpt] = lake.lineage.records(version_id="ckpt/rl-toy-0@24")
+    assert first_ckpt.upstream[0] == ckpt and second_ckpt.upstream[0] == "ckpt/rl-toy-0@12"
 
 
 def test_async_run_never_uses_a_sample_older_than_the_bound(start, scorer):
@@ -82,35 +108,13 @@ def test_a_corrupted_sync_stops_the_run_with_an_incident(start, scorer):
     assert sorted({r["step"] for r in rollouts(lake, "rl-corrupt")}) == [1]
 
 
-def test_a_killed_run_resumes_with_the_same_versions_and_counts_no_rollout_twice(start):
-    lake, ckpt = start
-    config = RLConfig(name="rl-resume", start=ckpt, reward="toy", steps=4, checkpoint_every=2, rollout=SMALL)
-    argv = [sys.executable, "-m", "factory.posttrain.rl", "--config-json", config.model_dump_json(),
-            "--home", str(lake.home)]
-    killed = subprocess.run(argv, env={**os.environ, "FACTORY_FAULTS": json.dumps({"kill_at_step": 3})},
-                            capture_output=True, text=True, timeout=600)
-    assert killed.returncode == -9, killed.stderr[-3000:]
-    before = rollouts(lake, "rl-resume")
-    assert sorted({r["step"] for r in before}) == [1, 2, 3]  # step 3 was recorded, its checkpoint never made
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "resuming at policy version 2, 16 later rollouts dropped" in done.stderr
-    rows = rollouts(lake, "rl-resume")
-    keys = [(r["step"], r["group"], r["sample"]) for r in rows]
-    assert len(keys) == len(set(keys)) == 4 * 16
-    assert [(r["step"], r["policy_version"]) for r in rows] == [(s, s - 1) for s in (1, 2, 3, 4) for _ in range(16)]
-    # the same weights and seeds: step 3 sampled again what the killed run had sampled
-    assert [r["completion"] for r in rows if r["step"] == 3] == [r["completion"] for r in before if r["step"] == 3]
-    assert [c["step"] for c in checkpoints(lake, "rl-resume")] == [2, 4]
-
-
 def test_bad_lake_references_fail_before_anything_starts(start):
     lake, ckpt = start
     bad = RLConfig(name="rl-bad", start="ckpt/nonesuch@1", reward="toy", steps=1)
     run = subprocess.run([sys.executable, "-m", "factory.posttrain.rl", "--config-json", bad.model_dump_json(),
                           "--home", str(lake.home)], capture_output=True, text=True, timeout=300)
     assert run.returncode == 2 and "start: checkpoint ckpt/nonesuch@1: not in train.checkpoints" in run.stderr
-    tasks = bad.model_copy(update={"start": ckpt, "reward": "repo_tasks", "task_table": "tasks.nonesuch"})
+    tasks = RLConfig(name="rl-bad", start=ckpt, reward="repo_tasks", task_table="tasks.nonesuch", steps=1)
     run = subprocess.run([sys.executable, "-m", "factory.posttrain.rl", "--config-json", tasks.model_dump_json(),
                           "--home", str(lake.home)], capture_output=True, text=True, timeout=300)
     assert run.returncode == 2 and "task_table: tasks.nonesuch does not exist" in run.stderr

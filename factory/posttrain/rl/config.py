@@ -78,7 +78,8 @@ class RLConfig(_Frozen):
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_\-]*$", description="Run name; checkpoints and rollouts live under it.")
     description: str = Field("", description="The goal, in a sentence or two.")
-    start: str = Field(description="Checkpoint the policy starts from: ckpt/<run>@<step> (the reference policy too).")
+    start: str = Field(description="Checkpoint the policy starts from (the reference policy too): ckpt/<run>@<step>, "
+                                   "or ckpt/<experiment>@<step> for that experiment's newest run with that step.")
     reward: str = Field(description="Registered reward (factory.posttrain.rl.registry.REWARDS): toy, repo_tasks, humaneval.")
     task_table: str | None = Field(None, description="repo_tasks: the task table (tasks.function_completion | tasks.bug_fixing).")
     algorithm: str = Field("grpo", description="Registered algorithm (ALGORITHMS).")
@@ -139,14 +140,26 @@ class RLConfigError(ValueError):
     """An RL config that cannot run against this lake (start checkpoint, task table); names the field."""
 
 
-def check_rl_config(config: RLConfig, lake) -> None:
-    """What the lake must hold before anything starts: the start checkpoint and the task table."""
+def start_checkpoint(config: RLConfig, lake):
+    """The start checkpoint, verified on disk (`TrainedCheckpoint`). An experiment's name stands for its
+    newest run: `make demo` trains `smoke` as run `smoke-<hash8>`, and a config file cannot know the hash."""
     from factory.infer.export import ExportError, find_checkpoint
+    from factory.train.checkpoint import checkpoints
 
+    name, _, step = config.start.removeprefix("ckpt/").rpartition("@")
+    rows = [r for r in checkpoints(lake) if r["checkpoint_id"] == config.start]
+    if not rows:
+        rows = sorted((r for r in checkpoints(lake) if r["experiment"] == name and str(r["step"]) == step),
+                      key=lambda r: r["created_at"])
     try:
-        find_checkpoint(lake, config.start)
+        return find_checkpoint(lake, rows[-1]["checkpoint_id"] if rows else config.start)
     except ExportError as e:
         raise RLConfigError(f"{config.name}: start: {e}") from None
+
+
+def check_rl_config(config: RLConfig, lake) -> None:
+    """What the lake must hold before anything starts: the start checkpoint and the task table."""
+    start_checkpoint(config, lake)
     if config.task_table is not None:
         if not lake.has_table(config.task_table):
             raise RLConfigError(f"{config.name}: task_table: {config.task_table} does not exist in the lake "

@@ -33,11 +33,11 @@ import torch
 
 from factory.faults import NO_FAULTS, Faults
 from factory.infer.engine import EngineConfig
-from factory.infer.export import export_checkpoint, find_checkpoint, training_model
+from factory.infer.export import export_checkpoint, training_model
 from factory.lake import Lake
 from factory.posttrain.rl import grpo, store
 from factory.posttrain.rl.components import Reward
-from factory.posttrain.rl.config import RLConfig, check_rl_config
+from factory.posttrain.rl.config import RLConfig, check_rl_config, start_checkpoint
 from factory.posttrain.rl.registry import ACTORS, REWARDS
 from factory.posttrain.rl.rollout import Rollout
 from factory.posttrain.rl.sync import SyncError, WeightSync
@@ -77,14 +77,14 @@ def run_rl(config: RLConfig, lake: Lake, *, run_id: str = "", reporter: Reporter
     (several runs in one process can share one Ray instance); by default the run opens its own."""
     rep, started = reporter or Reporter(), time.monotonic()
     check_rl_config(config, lake)
-    start = find_checkpoint(lake, config.start)
+    start = start_checkpoint(config, lake)
     torch.manual_seed(config.seed)
     model = training_model(start).train()
     reference = training_model(start) if config.grpo.kl_coef > 0 else None
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.optimizer.lr, weight_decay=config.optimizer.weight_decay)
     directory = ckpt.checkpoint_dir(lake.home, config.name)
     version, previous = _resume(directory, model, optimizer, rep)
-    stamp = commit_stamp(store.ROLLOUTS_TABLE, lake, [previous or config.start], run_id=run_id)
+    stamp = commit_stamp(store.ROLLOUTS_TABLE, lake, [previous or start.ref.checkpoint_id], run_id=run_id)
     if version:
         dropped = store.forget_after(lake, config.name, version, stamp)
         rep.log(f"{config.name}: resuming at policy version {version}" + (f", {dropped} later rollouts dropped" if dropped else ""))
@@ -239,7 +239,8 @@ class _Loop:
                  "advantage": float(a), "outcome": res.outcome, "reason": _reason(res),
                  "attempt_key": res.attempt_key, "used": used}
                 for r, res, a in zip(batch.rollouts, batch.results, advantages)]
-        stamp = commit_stamp(store.ROLLOUTS_TABLE, self.lake, [self.previous or self.config.start], run_id=self.run_id)
+        stamp = commit_stamp(store.ROLLOUTS_TABLE, self.lake, [self.previous or self.start.ref.checkpoint_id],
+                             run_id=self.run_id)
         store.write_rollouts(self.lake, self.config.name, step, rows, stamp)
 
     def _save(self, version: int, loss: float) -> str:
@@ -251,20 +252,20 @@ class _Loop:
                                    tokens=0, loss=loss)
         ckpt.record_checkpoint(self.lake, ref, experiment=config.name, mix_version=plan.mix_version,
                                config_hash=config_hash(config), eval_every=config.eval_every,
-                               upstream=[self.previous or config.start, plan.tokenizer], run_id=self.run_id,
+                               upstream=[self.previous or self.start.ref.checkpoint_id, plan.tokenizer], run_id=self.run_id,
                                asset_key="rl_run")
         self.previous = ref.checkpoint_id
         return ref.checkpoint_id
 
 
 def open_scorer(config: RLConfig, reward: Reward, lake: Lake):
-    """The task engine that scores `reward`'s completions: one commit per batch, made as soon as its last
-    result is in (the engine's default waits up to 2 s to gather more rows: right for many consumers,
-    a stall per step for one)."""
+    """The task engine that scores `reward`'s completions, committing once per batch: a commit (and the
+    read-check-write scan behind it) costs about as much for one row as for a batch, so the writer waits
+    until a whole batch is in (or `flush_s` passed) instead of committing results one by one."""
     from factory.tasks.engine import EngineConfig as ScoringConfig, TaskEngine
 
-    scoring = ScoringConfig(workers=config.scoring_workers, lease_s=120, flush_s=0.05,
-                            batch_rows=config.rollout.prompts_per_step * config.rollout.group_size)
+    batch = config.rollout.prompts_per_step * config.rollout.group_size
+    scoring = ScoringConfig(workers=config.scoring_workers, lease_s=120, flush_s=30.0, batch_rows=batch)
     return TaskEngine(scoring, reward.work, lake=lake, asset_key="rl_run")
 
 

@@ -13,8 +13,13 @@ and looks at what came back:
 
 Nothing is matched against text: `return 1+1` earns the int task's reward and `return "3"` does not
 earn the digit task's. A completion that does not parse, raises, or leaves before the check finishes
-(`exit()` inside the function) earns 0 like any other failed check. A small code model starts with
-some probability on literals after `return ` and GRPO raises it; the digit level is the harder half.
+(`exit()` inside the function) earns 0 like any other failed check.
+
+Why it is learnable by a 1-2 M parameter model: with one-token completions (`max_tokens=1`) each task
+is a choice among the vocabulary's tokens, and a smoke model trained on code already puts a few per
+cent of its mass on literals after `return ` (measured: 1-6 % on the int tasks, 0 on the rest). GRPO
+moves that mass onto literals, then onto the right kind per comment; the digit level (copy the
+number from the comment) is the harder half. Measured runs are in bench/rl_bench.py.
 The task ids are stable (`toy/<level>/<name>`) so attempts of one completion are scored once.
 """
 
