@@ -83,9 +83,23 @@ def test_completion_logprobs_masks_prompt_and_padding():
     ("rollout", {"actor": "nonesuch"}, "rollout actor 'nonesuch' is not registered"),
     ("start", "smoke@10", "ckpt/<run>@<step>"),
     ("reward", "repo_tasks", "task_table"),
+    ("eval_suite", "nonesuch", "unknown eval suite 'nonesuch'"),
 ])
 def test_bad_configs_fail_naming_the_field(field, value, message):
     good = {"name": "t", "start": "ckpt/smoke@10", "reward": "toy", "steps": 2}
     with pytest.raises(ValidationError, match=message) as info:
         RLConfig.model_validate({**good, field: value})
     assert field in str(info.value)
+
+
+def test_the_registered_algorithm_is_this_loss():
+    from factory.posttrain.rl.registry import ALGORITHMS
+
+    config = RLConfig(name="t", start="ckpt/smoke@10", reward="toy", steps=1,
+                      rollout={"group_size": 2}, grpo={"kl_coef": 0.1})
+    algorithm = ALGORITHMS.get(config.algorithm).build(config)
+    logp, mask, adv = _batch()
+    assert torch.equal(algorithm.advantages(torch.tensor([1.0, 0.0, 1.0, 1.0])), adv) and algorithm.needs_reference
+    ref = logp.detach() + math.log(2.0)
+    assert algorithm.loss(logp, logp.detach(), adv, mask, ref)[0].item() == \
+        grpo_loss(logp, logp.detach(), adv, mask, config.grpo, ref)[0].item()

@@ -59,10 +59,23 @@ def test_humaneval_rewards_need_the_tests_to_run_to_their_end():
     assert wrong["reward"] == 0.0 and "AssertionError" in wrong["reason"]
 
 
+def test_porting_rewards_need_the_stated_answer():
+    from factory.posttrain.rl.components import porting_reward
+    from factory.synth.porting import word_problems
+
+    reward = porting_reward(None, None)
+    problem = word_problems(count=1)[0]
+    task_id = f"porting/{problem['id']}"
+    assert reward.tasks[0].task_id == task_id and problem["question"] in reward.tasks[0].prompt
+    assert score(reward.work, task_id, str(problem["answer"]))["reward"] == 1.0
+    assert score(reward.work, task_id, f"{problem['answer']} + 1")["reward"] == 0.0
+    assert score(reward.work, task_id, "__import__('os')._exit(0)")["reward"] == 0.0
+
+
 def test_curriculum_and_registry():
     tasks = curriculum()
     assert len(tasks) == 4 * 3 + 10 and len({t.task_id for t in tasks}) == len(tasks)
-    assert {"toy", "humaneval", "repo_tasks"} <= set(REWARDS.entries) and REWARDS.get("repo_tasks").needs_task_table
+    assert {"toy", "humaneval", "repo_tasks", "porting"} <= set(REWARDS.entries) and REWARDS.get("repo_tasks").needs_task_table
     with pytest.raises(KeyError, match="not registered"):
         REWARDS.get("nonesuch")
 

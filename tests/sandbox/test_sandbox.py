@@ -37,7 +37,9 @@ from factory.sandbox.config import classify
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap (apt-get install bubblewrap)")
 
 REPO = Path(__file__).resolve().parents[2]
-FAST = SandboxConfig(timeout_s=4, cpu_s=2, memory_mb=512, workers=2)
+# the wall clock well above the CPU limit: a loaded machine (this suite also runs inside the image beside other
+# tests) must not turn a CPU-limit case into a wall-clock one
+FAST = SandboxConfig(timeout_s=8, cpu_s=2, memory_mb=512, workers=2)
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +76,7 @@ def test_passed_with_stdout_stdin_and_duration(sandbox):
     r = run(sandbox, "import sys\nprint('got', sys.stdin.read().upper())", stdin="hello")
     assert (r.outcome, r.reason, r.returncode) == (Outcome.PASSED, "exit 0", 0)
     assert r.stdout == "got HELLO\n" and r.stderr == "" and not r.truncated
-    assert 0 < r.duration_s < 2 and r.cpu_s is not None
+    assert 0 < r.duration_s < 5 and r.cpu_s is not None
 
 
 def test_exception_and_exit_codes_are_failed(sandbox):
@@ -109,14 +111,14 @@ def test_memory_bombs_are_oom(code):
 def test_busy_loop_hits_the_cpu_limit(sandbox):
     r = run(sandbox, "while True: pass")
     assert (r.outcome, r.reason, r.returncode) == (Outcome.TIMEOUT, "cpu limit 2s (SIGXCPU)", -24)
-    assert 1.5 < r.duration_s < 3.5
+    assert 1.5 < r.duration_s < 7
 
 
 def test_ignoring_sigxcpu_still_ends_in_sigkill_timeout():
     patient = Sandbox(SandboxConfig(timeout_s=8, cpu_s=1, memory_mb=512))
     r = patient.run("import signal\nsignal.signal(signal.SIGXCPU, signal.SIG_IGN)\nwhile True: pass")
     assert r.outcome is Outcome.TIMEOUT and r.returncode == -9
-    assert r.reason.startswith("cpu limit 1s (SIGKILL after") and r.duration_s < 4
+    assert r.reason.startswith("cpu limit 1s (SIGKILL after") and r.duration_s < 7
 
 
 def test_wall_clock_timeout_kills_the_tree():
@@ -132,7 +134,7 @@ def test_wall_clock_timeout_kills_the_tree():
     r = run(quick, code)
     assert (r.outcome, r.reason, r.returncode) == (Outcome.TIMEOUT, "wall-clock timeout", None)
     assert r.stdout == "started\n"  # output written before the kill still arrives
-    assert 1.0 <= r.duration_s < 2.5
+    assert 1.0 <= r.duration_s < 5
     assert survivors(marker) == []
 
 

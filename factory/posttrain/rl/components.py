@@ -12,6 +12,9 @@ earns 0 (tests/posttrain/test_rewards.py feeds such rollouts through this path).
   prompt and the reference `check` runs against it.
 - `repo_tasks`: function-completion or bug-fixing tasks of a `tasks.*` table, each scored by running
   the task's tests in its repository environment (factory.tasks.score).
+- `porting`: the synthetic pipeline's word problems (factory.synth.porting); the policy completes
+  `return ` in a function whose docstring is the question, and the check calls it: the value must be
+  the stated answer (an int), however it is computed.
 """
 
 from __future__ import annotations
@@ -96,6 +99,22 @@ def repo_tasks_reward(config, lake) -> Reward:
                   ScoreWork(tasks, test_sandbox_config()))
 
 
+PORTING_PROBLEMS = 200  # the first problems of the synthetic pipeline's deterministic set
+
+
+@REWARDS.register("porting")
+def porting_reward(config, lake) -> Reward:
+    from factory.synth.porting import word_problems
+
+    problems = word_problems(count=PORTING_PROBLEMS)
+    checks = {f"porting/{p['id']}": (f'def solve():\n    """{p["question"]}"""\n    return ',
+                                    f"def check(candidate):\n    got = candidate()\n"
+                                    f"    assert type(got) is int and got == {p['answer']}\n", "solve", "")
+              for p in problems}
+    return Reward("porting", tuple(RLTask(task_id, prefix) for task_id, (prefix, *_) in checks.items()),
+                  CheckedWork(checks))
+
+
 @ACTORS.register("vllm")
 def vllm_actor(export, engine_config):
     from factory.posttrain.rl.rollout import VLLMActor
@@ -105,6 +124,6 @@ def vllm_actor(export, engine_config):
 
 @ALGORITHMS.register("grpo")
 def grpo_algorithm(config):
-    from factory.posttrain.rl import grpo
+    from factory.posttrain.rl.grpo import GRPO
 
-    return grpo
+    return GRPO(config.grpo, config.rollout.group_size)

@@ -80,7 +80,7 @@ class RLConfig(_Frozen):
     description: str = Field("", description="The goal, in a sentence or two.")
     start: str = Field(description="Checkpoint the policy starts from (the reference policy too): ckpt/<run>@<step>, "
                                    "or ckpt/<experiment>@<step> for that experiment's newest run with that step.")
-    reward: str = Field(description="Registered reward (factory.posttrain.rl.registry.REWARDS): toy, repo_tasks, humaneval.")
+    reward: str = Field(description="Registered reward (factory.posttrain.rl.registry.REWARDS): toy, humaneval, porting, repo_tasks.")
     task_table: str | None = Field(None, description="repo_tasks: the task table (tasks.function_completion | tasks.bug_fixing).")
     algorithm: str = Field("grpo", description="Registered algorithm (ALGORITHMS).")
     steps: int = Field(gt=0, description="Policy updates (each one a new policy version).")
@@ -104,6 +104,15 @@ class RLConfig(_Frozen):
         if value < 0:
             raise ValueError(f"max_staleness={value}: a bound on how many policy versions a sample may lag must be >= 0")
         return value
+
+    @field_validator("eval_suite")
+    @classmethod
+    def _suite(cls, name: str) -> str:
+        from factory.experiments.spec import eval_suites
+
+        if name not in eval_suites():
+            raise ValueError(f"unknown eval suite {name!r}; configs/evals.py defines {eval_suites()}")
+        return name
 
     @field_validator("reward")
     @classmethod

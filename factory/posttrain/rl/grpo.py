@@ -41,6 +41,24 @@ from factory.posttrain.rl.config import GRPOConfig
 ADVANTAGE_EPS = 1e-4  # TRL's: a group with one differing reward still gets a finite advantage
 
 
+@dataclass(frozen=True)
+class GRPO:
+    """The algorithm as the loop uses it (the registered `grpo` component): advantages, then the loss."""
+
+    config: GRPOConfig
+    group_size: int
+
+    def advantages(self, rewards: torch.Tensor) -> torch.Tensor:
+        return group_advantages(rewards, self.group_size, scale=self.config.scale_rewards)
+
+    def loss(self, logp, behaviour_logp, advantages, mask, ref_logp=None) -> tuple[torch.Tensor, "LossStats"]:
+        return grpo_loss(logp, behaviour_logp, advantages, mask, self.config, ref_logp)
+
+    @property
+    def needs_reference(self) -> bool:
+        return self.config.kl_coef > 0
+
+
 def group_advantages(rewards: torch.Tensor, group_size: int, *, scale: bool = True) -> torch.Tensor:
     """A_i for rewards laid out group after group ([n_groups * group_size]); same shape."""
     if rewards.ndim != 1 or rewards.numel() % group_size:

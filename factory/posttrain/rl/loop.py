@@ -38,7 +38,7 @@ from factory.lake import Lake
 from factory.posttrain.rl import grpo, store
 from factory.posttrain.rl.components import Reward
 from factory.posttrain.rl.config import RLConfig, check_rl_config, start_checkpoint
-from factory.posttrain.rl.registry import ACTORS, REWARDS
+from factory.posttrain.rl.registry import ACTORS, ALGORITHMS, REWARDS
 from factory.posttrain.rl.rollout import Rollout
 from factory.posttrain.rl.sync import SyncError, WeightSync
 from factory.train import checkpoint as ckpt
@@ -80,7 +80,8 @@ def run_rl(config: RLConfig, lake: Lake, *, run_id: str = "", reporter: Reporter
     start = start_checkpoint(config, lake)
     torch.manual_seed(config.seed)
     model = training_model(start).train()
-    reference = training_model(start) if config.grpo.kl_coef > 0 else None
+    algorithm = ALGORITHMS.get(config.algorithm).build(config)
+    reference = training_model(start) if algorithm.needs_reference else None
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.optimizer.lr, weight_decay=config.optimizer.weight_decay)
     directory = ckpt.checkpoint_dir(lake.home, config.name)
     version, previous = _resume(directory, model, optimizer, rep)
@@ -98,7 +99,8 @@ def run_rl(config: RLConfig, lake: Lake, *, run_id: str = "", reporter: Reporter
         sync = WeightSync(actor.engine, probe, config.sync_check, tied=tied, corrupt=faults.corrupt_sync)
         _push(sync, model, version, lake, config.name)
         actor.version = version
-        loop = _Loop(config, lake, model, optimizer, reference, reward, actor, sync, rep, faults, run_id, start, previous)
+        loop = _Loop(config, lake, model, optimizer, algorithm, reference, reward, actor, sync, rep, faults, run_id,
+                     start, previous)
         loop.run(version, result, scorer)
     finally:
         actor.close()
@@ -107,9 +109,10 @@ def run_rl(config: RLConfig, lake: Lake, *, run_id: str = "", reporter: Reporter
 
 
 class _Loop:
-    def __init__(self, config, lake, model, optimizer, reference, reward: Reward, actor, sync, rep, faults, run_id,
-                 start, previous):
+    def __init__(self, config, lake, model, optimizer, algorithm, reference, reward: Reward, actor, sync, rep, faults,
+                 run_id, start, previous):
         self.config, self.lake, self.model, self.optimizer, self.reference = config, lake, model, optimizer, reference
+        self.algorithm = algorithm
         self.reward, self.actor, self.sync, self.rep, self.faults, self.run_id = reward, actor, sync, rep, faults, run_id
         self.start, self.previous = start, previous
         self.lock = threading.Lock()  # generation and weight pushes never overlap
@@ -212,8 +215,7 @@ class _Loop:
     def _update(self, batch: Batch) -> tuple[list[float], dict]:
         config = self.config
         rewards = [r.reward for r in batch.results]
-        advantages = grpo.group_advantages(torch.tensor(rewards), config.rollout.group_size,
-                                           scale=config.grpo.scale_rewards)
+        advantages = self.algorithm.advantages(torch.tensor(rewards))
         seqs = [list(r.prompt_ids) + list(r.completion_ids) for r in batch.rollouts]
         starts = [len(r.prompt_ids) for r in batch.rollouts]
         logp, mask = grpo.completion_logprobs(self.model, seqs, starts)
@@ -224,7 +226,7 @@ class _Loop:
         if self.reference is not None:
             with torch.no_grad():
                 ref, _ = grpo.completion_logprobs(self.reference, seqs, starts)
-        loss, stats = grpo.grpo_loss(logp, behaviour, advantages, mask, config.grpo, ref)
+        loss, stats = self.algorithm.loss(logp, behaviour, advantages, mask, ref)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.optimizer.grad_clip)
@@ -244,7 +246,11 @@ class _Loop:
         store.write_rollouts(self.lake, self.config.name, step, rows, stamp)
 
     def _save(self, version: int, loss: float) -> str:
-        config, plan = self.config, self.start.plan
+        config, start = self.config, self.start.plan
+        # the start's plan (model, tokenizer, mix: what export and the evals need), with this run's eval cadence
+        # and suite, which the eval sensor and the eval asset read from a checkpoint
+        plan = start.model_copy(update={"experiment": start.experiment.model_copy(
+            update={"eval_every": config.eval_every, "eval_suite": config.eval_suite})})
         payload = {"step": version, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                    "rng": torch.get_rng_state(), "plan": plan.model_dump_json(), "rl_config": config.model_dump_json(),
                    "code_version": code_version()}
