@@ -77,19 +77,20 @@ demo:
 	@start=$$(date +%s); $(MAKE) --no-print-directory setup || exit 1; \
 	  $(BIN)/python -m factory.demo --setup-seconds $$(( $$(date +%s) - start ))
 
-# The suite in two pytest processes: the sandbox's limit tests first, alone (they time CPU and wall
-# clocks); then the server tiers (tests/deploy: the image, clusters; the environment images; tests/
+# The suite in two pytest processes: the tests that time CPU, wall clocks and signals first, alone
+# (the sandbox's limits, preemption); then the server tiers (tests/deploy: the image, clusters; the environment images; tests/
 # integration: the demo home, dagster dev, Postgres, Prometheus), mostly waiting on what they start,
 # beside everything else. Both use pytest's numbered temp directories under /tmp/pytest-of-<user> (a
 # session's directory is locked while it runs, so the other's cleanup leaves it alone); the server
 # tiers' output follows the rest's; the target fails when either does.
 PYTEST := $(BIN)/python -m pytest -q -ra -p no:cacheprovider
 SERVER_TESTS := tests/deploy tests/envs/test_env_image.py tests/integration
+ALONE_TESTS := tests/sandbox tests/train/test_preempt.py
 test: setup
-	$(PYTEST) tests/sandbox
+	$(PYTEST) $(ALONE_TESTS)
 	@tmp=$$(mktemp -d); \
 	  $(PYTEST) $(SERVER_TESTS) > $$tmp/servers.log 2>&1 & servers=$$!; \
-	  $(PYTEST) --ignore=tests/sandbox $(addprefix --ignore=,$(SERVER_TESTS)); rest=$$?; \
+	  $(PYTEST) $(addprefix --ignore=,$(ALONE_TESTS) $(SERVER_TESTS)); rest=$$?; \
 	  wait $$servers; code=$$?; echo "== $(SERVER_TESTS)"; cat $$tmp/servers.log; rm -rf $$tmp; \
 	  test $$rest -eq 0 -a $$code -eq 0
 
