@@ -166,12 +166,14 @@ def start_checkpoint(config: RLConfig, lake):
         raise RLConfigError(f"{config.name}: start: {e}") from None
 
 
-def check_rl_config(config: RLConfig, lake) -> None:
-    """What the lake must hold before anything starts: the start checkpoint and the task table."""
-    start_checkpoint(config, lake)
+def check_rl_config(config: RLConfig, lake):
+    """What the lake must hold before anything starts: the start checkpoint and the task table.
+    Returns the start checkpoint (`TrainedCheckpoint`), verified on disk."""
+    start = start_checkpoint(config, lake)
     if config.task_table is not None:
         if not lake.has_table(config.task_table):
             raise RLConfigError(f"{config.name}: task_table: {config.task_table} does not exist in the lake "
                                 "(derive tasks first: the tasks/function_completion or tasks/bug_fixing asset)")
         if lake.table(config.task_table).scan().to_arrow().num_rows == 0:
             raise RLConfigError(f"{config.name}: task_table: {config.task_table} holds no tasks")
+    return start

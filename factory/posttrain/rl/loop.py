@@ -37,7 +37,7 @@ from factory.infer.export import export_checkpoint, training_model
 from factory.lake import Lake
 from factory.posttrain.rl import grpo, store
 from factory.posttrain.rl.components import Reward
-from factory.posttrain.rl.config import RLConfig, check_rl_config, start_checkpoint
+from factory.posttrain.rl.config import RLConfig, check_rl_config
 from factory.posttrain.rl.registry import ACTORS, ALGORITHMS, REWARDS
 from factory.posttrain.rl.rollout import Rollout
 from factory.posttrain.rl.sync import SyncError, WeightSync
@@ -76,8 +76,7 @@ def run_rl(config: RLConfig, lake: Lake, *, run_id: str = "", reporter: Reporter
     """The run of `config` (module docstring). `scorer` is an open TaskEngine serving this reward's work
     (several runs in one process can share one Ray instance); by default the run opens its own."""
     rep, started = reporter or Reporter(), time.monotonic()
-    check_rl_config(config, lake)
-    start = start_checkpoint(config, lake)
+    start = check_rl_config(config, lake)  # the start checkpoint, read once
     torch.manual_seed(config.seed)
     model = training_model(start).train()
     algorithm = ALGORITHMS.get(config.algorithm).build(config)
