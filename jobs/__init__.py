@@ -95,6 +95,15 @@ envs_build_job = define_asset_job(
     tags={"factory/kind": "build"},
 )
 
+sft_job = define_asset_job(
+    "sft_job",
+    selection=AssetSelection.assets(AssetKey("sft_run")),
+    description="One SFT run (partition: its config's name, an -> SFTConfig function in configs/experiments); "
+                "resumes from its newest checkpoint.",
+    tags={"factory/kind": "training", "dagster/priority": str(PRIORITY["training"]),
+          "dagster/max_retries": str(RETRIES)},
+)
+
 rl_job = define_asset_job(
     "rl_job",
     selection=AssetSelection.assets(AssetKey("rl_run")),
@@ -104,6 +113,6 @@ rl_job = define_asset_job(
           "dagster/max_retries": str(RETRIES)},
 )
 
-jobs = [ingest_job, dedup_job, tokenize_job, mix_job, train_job, eval_job, synth_job, sweep_job, automix_job, demo_job, envs_build_job, rl_job]
+jobs = [ingest_job, dedup_job, tokenize_job, mix_job, train_job, eval_job, synth_job, sweep_job, automix_job, demo_job, envs_build_job, sft_job, rl_job]
 
-__all__ = ["EVAL_PRIORITY", "automix_job", "dedup_job", "demo_job", "envs_build_job", "eval_job", "ingest_job", "jobs", "mix_job", "rl_job", "sweep_job", "synth_job", "tokenize_job", "train_job"]
+__all__ = ["EVAL_PRIORITY", "automix_job", "dedup_job", "demo_job", "envs_build_job", "eval_job", "ingest_job", "jobs", "mix_job", "rl_job", "sft_job", "sweep_job", "synth_job", "tokenize_job", "train_job"]

@@ -239,5 +239,16 @@ def get_rl_experiment(name: str, directory: Path | None = None):
     return discover_rl_experiments(directory).get(name, "RL experiment", directory or EXPERIMENTS_DIR)
 
 
+def discover_sft_experiments(directory: Path | None = None) -> Discovery:
+    """The functions in configs/experiments annotated `-> SFTConfig`."""
+    from factory.posttrain.sft.config import SFTConfig
+
+    return discover(directory or EXPERIMENTS_DIR, SFTConfig, "SFT experiment")
+
+
+def get_sft_experiment(name: str, directory: Path | None = None):
+    return discover_sft_experiments(directory).get(name, "SFT experiment", directory or EXPERIMENTS_DIR)
+
+
 def get_sweep(name: str, directory: Path | None = None):
     return discover_sweeps(directory).get(name, "sweep", directory or SWEEPS_DIR)

@@ -92,7 +92,8 @@ def export_id_of(checkpoint_id: str) -> str:
 
 def find_checkpoint(lake: Lake, checkpoint_id: str) -> TrainedCheckpoint:
     """The checkpoint `ckpt/<run>@<step>` (the `ckpt/` prefix may be left out), verified on disk."""
-    from factory.mix import get_version
+    from factory.tokenize import TokenizerError
+    from factory.tokenize.chat import tokenizer_artifact
 
     wanted = checkpoint_id if checkpoint_id.startswith("ckpt/") else f"ckpt/{checkpoint_id}"
     rows = [r for r in ckpt.checkpoints(lake) if r["checkpoint_id"] == wanted]
@@ -110,7 +111,11 @@ def find_checkpoint(lake: Lake, checkpoint_id: str) -> TrainedCheckpoint:
                              tokens=row["tokens"], loss=row["loss"], created_at=row["created_at"])
     payload = torch.load(path, weights_only=True, map_location="cpu", mmap=True)
     plan = Plan.load(payload["plan"])
-    tokenizer_path = get_version(lake, plan.mix_version).tokenizer_path
+    # the plan's own tokenizer: a fine-tune's (the chat version of its mix's) is not the mix's
+    try:
+        tokenizer_path = tokenizer_artifact(lake, plan.tokenizer).path
+    except TokenizerError as e:
+        raise ExportError(f"checkpoint {wanted}: {e}") from None
     return TrainedCheckpoint(row=row, ref=ref, plan=plan, tokenizer_path=tokenizer_path)
 
 
@@ -183,15 +188,24 @@ def _write_tokenizer(directory: Path, tokenizer_path: str, max_seq_len: int) -> 
     and an alias of the tokenizers backend in 5.x, and 5.x still reads `additional_special_tokens`.
     Copying the file keeps the export's bytes (and so its hash) independent of the transformers version.
     """
+    from factory.tokenize import load_tokenizer
+    from factory.tokenize.chat import CHAT_TEMPLATE, ROLES, is_chat_tokenizer
+
     shutil.copyfile(Path(tokenizer_path) / "tokenizer.json", directory / "tokenizer.json")
-    fim = [SPECIAL_TOKENS[k] for k in ("fim_prefix", "fim_middle", "fim_suffix")]
-    (directory / "tokenizer_config.json").write_text(json.dumps({
+    extra = [SPECIAL_TOKENS[k] for k in ("fim_prefix", "fim_middle", "fim_suffix")]
+    config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "bos_token": SPECIAL_TOKENS["bos"], "eos_token": SPECIAL_TOKENS["eos"], "pad_token": SPECIAL_TOKENS["pad"],
-        "additional_special_tokens": fim,
+        "additional_special_tokens": extra,
         "model_max_length": max_seq_len,
         "clean_up_tokenization_spaces": False,  # decode(encode(x)) == x: a byte-level BPE needs no cleanup
-    }, indent=2) + "\n")
+    }
+    if is_chat_tokenizer(load_tokenizer(tokenizer_path)):
+        # a fine-tuned chat model: the template transformers' apply_chat_template and vLLM's
+        # /v1/chat/completions render (factory.tokenize.chat)
+        config["additional_special_tokens"] = extra + list(ROLES.values())
+        config["chat_template"] = CHAT_TEMPLATE
+    (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
 
 
 def _share(directory: Path) -> None:

@@ -346,3 +346,21 @@ RL_ROLLOUTS = Schema(
     NestedField(17, "used", BooleanType(), required=True, doc="false when dropped (older than max_staleness)"),
     NestedField(18, "created_at", TimestamptzType(), required=True),
 )
+
+# Instruction/response examples for supervised fine-tuning (factory.posttrain.sft.data), each with the
+# synthetic row it was built from; one dataset's rows are replaced together when its source moves on.
+SFT_EXAMPLES = Schema(
+    NestedField(1, "dataset", StringType(), required=True, doc="dataset name (factory.posttrain.sft.data.DATASETS)"),
+    NestedField(2, "example_id", StringType(), required=True, doc="sha256 of dataset, prompt and response (24 hex)"),
+    NestedField(3, "messages", StringType(), required=True, doc="JSON: the conversation, [{role, content}, ...]"),
+    NestedField(4, "prompt", StringType(), required=True, doc="the user turn"),
+    NestedField(5, "response", StringType(), required=True, doc="the assistant turn (the checked answer)"),
+    NestedField(6, "source_table", StringType(), required=True, doc="the synthetic table the row came from"),
+    NestedField(7, "source_snapshot", LongType(), required=True, doc="its snapshot read"),
+    NestedField(8, "source_id", StringType(), required=True, doc="doc_id of the synthetic row"),
+    NestedField(9, "seed_id", StringType(), required=True),
+    NestedField(10, "agent_chain", ListType(101, StringType(), element_required=True), required=True,
+                doc="stages (agents) that produced the synthetic row"),
+    NestedField(11, "verdicts", StringType(), required=True, doc="JSON: validator -> passed, of the synthetic row"),
+    NestedField(12, "created_at", TimestamptzType(), required=True),
+)

@@ -82,6 +82,10 @@ class Batch:
     doc_ids: list[list[str]]
     version_id: str
     stage: int
+    # packed fine-tuning batches (factory.posttrain.sft) fill these; None = every target counts, one
+    # document per row's attention
+    loss_mask: "torch.Tensor | None" = None  # [rows, seq_len] bool: which next-token targets the loss counts
+    segments: "torch.Tensor | None" = None  # [rows, seq_len] int64: the packed document of each input position
 
 
 class MixLoader:
@@ -165,6 +169,11 @@ class MixLoader:
         self.step += 1
         self.tokens += self.config.global_batch * self._ctx.seq_tokens
         return batch
+
+    @staticmethod
+    def merge_states(states: list[dict]) -> dict:
+        """`merge_states` of every rank's `state_dict()` (the checkpointer asks the loader it holds)."""
+        return merge_states(states)
 
     def state_dict(self) -> dict:
         """This rank's part of the loader state; `merge_states` joins all ranks' parts."""

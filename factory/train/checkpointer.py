@@ -39,12 +39,13 @@ class Resumed:
 
 class Checkpointer:
     def __init__(self, plan: Plan, lake: Lake, d: Dist, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                 *, run: str, run_id: str, reporter: Reporter, faults: Faults = NO_FAULTS):
+                 *, run: str, run_id: str, reporter: Reporter, faults: Faults = NO_FAULTS, upstream: tuple[str, ...] = ()):
         self.plan, self.lake, self.d = plan, lake, d
         self.model, self.optimizer = model, optimizer
         self.run, self.run_id, self.rep, self.faults = run, run_id, reporter, faults
         self.config = plan.experiment.checkpoint
         self.directory = ckpt.checkpoint_dir(lake.home, run)
+        self.upstream = upstream  # a fine-tune's start checkpoint: its first checkpoint's lineage parent
         self.previous: str | None = None  # the newest checkpoint id: the next one's lineage parent
         self.saved: list[str] = []
 
@@ -76,7 +77,6 @@ class Checkpointer:
 
     def save(self, step: int, loss: float, guards: dict, loader) -> str:
         """Checkpoint after `step` (files, `train.checkpoints` row, lineage), prune; its id."""
-        from factory.mix import merge_states
         from factory.version import code_version
 
         states = self.d.all_gather_objects(loader.state_dict())
@@ -84,7 +84,7 @@ class Checkpointer:
         if self.d.main:
             plan = self.plan
             payload = {"step": step, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                       "rng": torch.get_rng_state(), "loader": merge_states(states), "guards": guards,
+                       "rng": torch.get_rng_state(), "loader": loader.merge_states(states), "guards": guards,
                        "plan": plan.model_dump_json(), "code_version": code_version()}
             ref = ckpt.save_checkpoint(self.directory, step, payload, run=self.run, tokens=step * plan.tokens_per_step,
                                        loss=loss if math.isfinite(loss) else None,
@@ -92,7 +92,7 @@ class Checkpointer:
             mix = loader.version.version_id
             ckpt.record_checkpoint(self.lake, ref, experiment=plan.experiment.name, mix_version=mix,
                                    config_hash=plan.config_hash, eval_every=plan.experiment.eval_every,
-                                   upstream=[mix, plan.tokenizer] + ([self.previous] if self.previous else []),
+                                   upstream=[mix, plan.tokenizer] + ([self.previous] if self.previous else list(self.upstream)),
                                    run_id=self.run_id)
             ckpt.prune(self.directory, self.config.keep_last)
             ref_id = ref.checkpoint_id

@@ -9,7 +9,8 @@ Design:
   (`llama_state_dict`), and `tests/train/test_model.py` checks logits against `transformers`.
 - Blocks are looked up in `BLOCKS` by `layer_pattern` entry (layer i takes pattern[i % len]): a
   variant (say, linear attention) registers a builder there and its count in `BLOCK_PARAMS`.
-  A block is `forward(x, cos, sin) -> x` over the residual stream.
+  A block is `forward(x, cos, sin, mask=None) -> x` over the residual stream (mask: packed
+  documents' block-diagonal causal mask, `Transformer.forward`'s doc_ids).
 - The LM head runs in fp32 with autocast off: bf16 accumulation over d_model in the head kept a
   real run from converging, and the fp32 logits cost one matmul's worth of memory.
 - muP (when `mup_base_width` is set, m = d_model / base): hidden matrices start at
@@ -82,7 +83,8 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(d, config.kv_heads * hd, bias=False)
         self.o_proj = nn.Linear(config.n_heads * hd, d, bias=False)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
         B, T, _ = x.shape
         q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)
@@ -93,7 +95,8 @@ class Attention(nn.Module):
             # memory-efficient included; the copy is small next to the activations.
             k = k.repeat_interleave(self.n_heads // self.kv_heads, dim=1)
             v = v.repeat_interleave(self.n_heads // self.kv_heads, dim=1)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True) if mask is None else \
+            F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
 
 
@@ -118,8 +121,9 @@ class AttentionBlock(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.d_model, config.norm_eps)
         self.mlp = MLP(config)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -162,15 +166,23 @@ class Transformer(nn.Module):
     def head_weight(self) -> torch.Tensor:
         return self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        """idx: LongTensor [B, T] (T <= max_seq_len) -> fp32 logits [B, T, vocab]."""
+    def forward(self, idx: torch.Tensor, doc_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """idx: LongTensor [B, T] (T <= max_seq_len) -> fp32 logits [B, T, vocab].
+
+        doc_ids [B, T] (packed sequences): a token attends only to earlier tokens of its own document,
+        so each packed document is computed as if it were alone (RoPE is relative: its offset in the
+        row changes nothing)."""
         T = idx.shape[1]
         if T > self.config.max_seq_len:
             raise ValueError(f"sequence of {T} tokens is longer than max_seq_len={self.config.max_seq_len}")
         cos, sin = self.rope_cos[:T], self.rope_sin[:T]
+        mask = None
+        if doc_ids is not None:
+            causal = torch.ones(T, T, dtype=torch.bool, device=idx.device).tril()
+            mask = ((doc_ids[:, :, None] == doc_ids[:, None, :]) & causal)[:, None]  # [B, 1, T, T]
         x = self.embed_tokens(idx)
         for layer in self.layers:
-            x = layer(x, cos, sin)
+            x = layer(x, cos, sin) if mask is None else layer(x, cos, sin, mask)
         h = self.norm(x)
         # fp32 head with autocast off: see the module docstring.
         with torch.autocast(device_type=h.device.type, enabled=False):

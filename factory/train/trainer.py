@@ -21,6 +21,8 @@ import functools
 import json
 import math
 import time
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -47,7 +49,25 @@ from factory.train.trackers import MultiTracker, build_tracker
 
 PROGRESS_EVERY = 10  # steps between progress lines in the run log (the tracker keeps its own log_every)
 
-__all__ = ["NumericsError", "TrainResult", "train"]
+__all__ = ["FineTune", "NumericsError", "TrainResult", "train"]
+
+
+@dataclass(frozen=True)
+class FineTune:
+    """What turns a run into a fine-tune of another one's checkpoint (factory.posttrain.sft), the
+    rest of the run (guards, checkpoints, resume, replicas, trackers, preemption) unchanged:
+
+    - `init(model)` loads the start weights into the freshly built model, before a resume (which
+      then overrides them with the run's own newest checkpoint);
+    - `loader(plan, lake, d, run, state)` makes this rank's loader in place of the mix's: the same
+      protocol (`next_batch`, `state_dict`, `merge_states`, `version.version_id`, `close`), its
+      batches may carry a loss mask and packed segments;
+    - `upstream`: lineage parents of the run's first checkpoint besides the data and tokenizer (the
+      start checkpoint)."""
+
+    init: Callable[[torch.nn.Module], None]
+    loader: Callable[..., object]
+    upstream: tuple[str, ...] = ()
 
 
 class TrainResult(BaseModel):
@@ -63,17 +83,19 @@ class TrainResult(BaseModel):
 
 
 def train(plan: Plan, lake: Lake, *, run: str | None = None, run_id: str = "", reporter: Reporter | None = None,
-          faults: Faults = NO_FAULTS, preemption_grace_s: float = 60.0) -> TrainResult:
+          faults: Faults = NO_FAULTS, preemption_grace_s: float = 60.0, finetune: FineTune | None = None) -> TrainResult:
     exp, run, rep = plan.experiment, run or plan.experiment.name, reporter or Reporter()
     d = init_distributed(exp.parallel)
     started = time.monotonic()
 
-    model, optimizer = _build(plan, d)
-    saver = Checkpointer(plan, lake, d, model, optimizer, run=run, run_id=run_id, reporter=rep, faults=faults)
+    model, optimizer = _build(plan, d, finetune)
+    saver = Checkpointer(plan, lake, d, model, optimizer, run=run, run_id=run_id, reporter=rep, faults=faults,
+                         upstream=finetune.upstream if finetune else ())
     resumed = saver.resume()  # weights, optimizer and RNG now; the loader and guards take their state below
     step = resumed.step if resumed else 0
     guards = Guards(exp.guards, resumed and resumed.guards)
-    loader = _loader(plan, lake, d, run, resumed and resumed.loader)
+    make_loader = finetune.loader if finetune else _loader
+    loader = make_loader(plan, lake, d, run, resumed and resumed.loader)
     net = _wrap(model, exp, d)
     autocast = torch.autocast(d.device.type, dtype=torch.bfloat16, enabled=exp.precision == "bf16")
     record = functools.partial(record_incident, lake, run)
@@ -94,7 +116,8 @@ def train(plan: Plan, lake: Lake, *, run: str | None = None, run_id: str = "", r
             waited = time.perf_counter() - t0  # time blocked on data: the loader's share of the step
             tokens = batch.tokens.to(d.device)
             replicas.before_step(step, tokens)
-            loss = _forward_backward(net, tokens, exp.micro_batch, d, autocast, faults.loss_scale(step + 1))
+            loss = _forward_backward(net, tokens, exp.micro_batch, d, autocast, faults.loss_scale(step + 1),
+                                     batch.loss_mask, batch.segments)
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), exp.optimizer.grad_clip or math.inf).item()
             # judged on the all-reduced loss and the global norm, so every rank reaches the same verdict
             verdict = guards.judge(loss, grad_norm)
@@ -141,11 +164,14 @@ def train(plan: Plan, lake: Lake, *, run: str | None = None, run_id: str = "", r
     return result
 
 
-def _build(plan: Plan, d: Dist) -> tuple[Transformer, torch.optim.Optimizer]:
+def _build(plan: Plan, d: Dist, finetune: FineTune | None) -> tuple[Transformer, torch.optim.Optimizer]:
     exp = plan.experiment
     # seeded before the model is built: every rank starts from the same weights without a broadcast
     torch.manual_seed(exp.seed)
-    model = Transformer(plan.model).to(d.device)
+    model = Transformer(plan.model)
+    if finetune is not None:
+        finetune.init(model)
+    model = model.to(d.device)
     optimizer = torch.optim.AdamW(param_groups(model, exp.optimizer), lr=exp.optimizer.lr,
                                   betas=exp.optimizer.betas, eps=exp.optimizer.eps)
     return model, optimizer
@@ -231,15 +257,25 @@ def _wrap(model: torch.nn.Module, exp, d: Dist) -> torch.nn.Module:
     return torch.compile(net) if exp.compile else net
 
 
-def _forward_backward(net, tokens: torch.Tensor, micro: int, d: Dist, autocast, scale: float = 1.0) -> float:
-    """Accumulate gradients over micro-batches; the all-reduced mean loss."""
+def _forward_backward(net, tokens: torch.Tensor, micro: int, d: Dist, autocast, scale: float = 1.0,
+                      loss_mask: torch.Tensor | None = None, segments: torch.Tensor | None = None) -> float:
+    """Accumulate gradients over micro-batches; the all-reduced mean loss. With a `loss_mask`, the
+    mean is over the counted targets of the rank's whole batch (each micro-batch adds its masked sum
+    over that count), so a micro-batch with few answer tokens weighs no more than its share."""
     chunks = tokens.split(micro)
+    masks = loss_mask.to(tokens.device).split(micro) if loss_mask is not None else [None] * len(chunks)
+    segs = segments.to(tokens.device).split(micro) if segments is not None else [None] * len(chunks)
+    counted = loss_mask.sum().clamp(min=1).to(tokens.device) if loss_mask is not None else None
     total = torch.zeros((), device=tokens.device)
     for i, chunk in enumerate(chunks):
         sync = i == len(chunks) - 1 or not hasattr(net, "no_sync")
         with (contextlib.nullcontext() if sync else net.no_sync()), autocast:
-            logits = net(chunk[:, :-1])
-            loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), chunk[:, 1:].reshape(-1)) / len(chunks)
+            logits = net(chunk[:, :-1]) if segs[i] is None else net(chunk[:, :-1], segs[i])
+            flat, targets = logits.float().reshape(-1, logits.shape[-1]), chunk[:, 1:].reshape(-1)
+            if masks[i] is None:
+                loss = F.cross_entropy(flat, targets) / len(chunks)
+            else:
+                loss = (F.cross_entropy(flat, targets, reduction="none") * masks[i].reshape(-1)).sum() / counted
             if scale != 1.0:  # fault injection only
                 loss = loss * scale
         loss.backward()

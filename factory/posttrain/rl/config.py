@@ -131,9 +131,9 @@ class RLConfig(_Frozen):
     @field_validator("start")
     @classmethod
     def _start(cls, value: str) -> str:
-        if not value.startswith("ckpt/") or "@" not in value:
-            raise ValueError(f"start={value!r}: name a checkpoint as ckpt/<run>@<step>")
-        return value
+        from factory.posttrain.start import check_start_field
+
+        return check_start_field(value)
 
     @model_validator(mode="after")
     def _tasks(self) -> "RLConfig":
@@ -144,24 +144,30 @@ class RLConfig(_Frozen):
                              "(tasks.function_completion or tasks.bug_fixing)")
         return self
 
+    def identity_hash(self) -> str:
+        """Hash of what changes what is learned: not the name (a sweep cell's name is `<sweep>-<this
+        hash8>`), nor the execution and presentation choices in `EXECUTION_FIELDS`."""
+        from factory.version import config_hash
+
+        return config_hash(self.model_dump(mode="json", exclude=EXECUTION_FIELDS))
+
+
+# the run's name, its words, how it is executed (sync/async, scoring workers) and checked (the weight-sync
+# probe), and which suite evaluates its checkpoints: none of them changes the policy it learns
+EXECUTION_FIELDS = {"name", "description", "mode", "scoring_workers", "sync_check", "eval_suite"}
+
 
 class RLConfigError(ValueError):
     """An RL config that cannot run against this lake (start checkpoint, task table); names the field."""
 
 
 def start_checkpoint(config: RLConfig, lake):
-    """The start checkpoint, verified on disk (`TrainedCheckpoint`). An experiment's name stands for its
-    newest run: `make demo` trains `smoke` as run `smoke-<hash8>`, and a config file cannot know the hash."""
-    from factory.infer.export import ExportError, find_checkpoint
-    from factory.train.checkpoint import checkpoints
+    """The start checkpoint, verified on disk (`TrainedCheckpoint`; factory.posttrain.start)."""
+    from factory.infer.export import ExportError
+    from factory.posttrain.start import resolve_start
 
-    name, _, step = config.start.removeprefix("ckpt/").rpartition("@")
-    rows = [r for r in checkpoints(lake) if r["checkpoint_id"] == config.start]
-    if not rows:
-        rows = sorted((r for r in checkpoints(lake) if r["experiment"] == name and str(r["step"]) == step),
-                      key=lambda r: r["created_at"])
     try:
-        return find_checkpoint(lake, rows[-1]["checkpoint_id"] if rows else config.start)
+        return resolve_start(lake, config.start)
     except ExportError as e:
         raise RLConfigError(f"{config.name}: start: {e}") from None
 
