@@ -23,7 +23,9 @@ next tick. Every tick that decides something logs what it queued and what it ski
 in the UI, or evaluate it there once to launch by hand). Cells carry `factory/sweep` tags and the
 lowest priority. A schedule's run keys only dedupe within one tick, so it skips cells that already
 have a queued, running or successful run (same run name, so the same identity): each tick queues
-only new or changed cells, and a failed cell is retried.
+only new or changed cells, and a failed cell is retried. An RL sweep's schedule targets `rl_job`
+(cells are `rl_run` partitions in `rl_runs`); a schedule has one job, so a sweep file whose base
+changed kind since the definitions loaded is skipped until the code location is reloaded.
 """
 
 import json
@@ -48,7 +50,7 @@ from assets.train import training_runs
 from factory.experiments.queue import RERUNNABLE, pending_experiments, sweep_runs
 from factory.experiments.registry import get_sweep
 from factory.experiments.sweep import SweepConfig
-from jobs import train_job
+from jobs import rl_job, train_job
 from resources.experiments import ExperimentsResource
 from resources.lake import LakeResource
 
@@ -88,17 +90,18 @@ def experiment_sensor(context: SensorEvaluationContext, lake: LakeResource, expe
 
 
 TRAINING_RUN = AssetKey("training_run")
+RL_RUN = AssetKey("rl_run")
 
 
-def _dagster_runs(instance, runs: list[str]) -> dict[str, object]:
-    """run name -> the newest Dagster run of its `training_run` partition that is queued, running
-    or succeeded (one query on the partition tag, whichever job or command launched it)."""
+def _dagster_runs(instance, runs: list[str], job=train_job, asset: AssetKey = TRAINING_RUN) -> dict[str, object]:
+    """run name -> the newest Dagster run of its `asset` partition that is queued, running or
+    succeeded (one query on the partition tag, whichever job or command launched it)."""
     if not runs:
         return {}
     blocking = [s for s in DagsterRunStatus if s.value not in RERUNNABLE]
     found = {}
     for r in instance.get_runs(RunsFilter(tags={"dagster/partition": runs}, statuses=blocking)):  # newest first
-        if r.job_name == train_job.name or TRAINING_RUN in (r.asset_selection or ()):
+        if r.job_name == job.name or asset in (r.asset_selection or ()):
             found.setdefault(r.tags["dagster/partition"], r)
     return found
 
@@ -110,8 +113,9 @@ def _in_dagster(instance, runs: list[str]) -> dict[str, str]:
 def sweep_schedule(sweep: SweepConfig, cron: str | None = None) -> ScheduleDefinition:
     """The schedule that launches `sweep` (read fresh from its file at each tick when it has one)."""
     name = sweep.name
+    job, asset = (rl_job, RL_RUN) if sweep.is_rl else (train_job, TRAINING_RUN)
 
-    @schedule(name=f"sweep_{name}", job=train_job, cron_schedule=cron or sweep.cron or NIGHTLY,
+    @schedule(name=f"sweep_{name}", job=job, cron_schedule=cron or sweep.cron or NIGHTLY,
               default_status=DefaultScheduleStatus.STOPPED,
               description=f"Launch every cell of sweep {name}: {sweep.description or sweep.search + ' search'}")
     def launch(context: ScheduleEvaluationContext, lake: LakeResource, experiments: ExperimentsResource):
@@ -119,13 +123,17 @@ def sweep_schedule(sweep: SweepConfig, cron: str | None = None) -> ScheduleDefin
             current = get_sweep(name, experiments.sweeps_path())
         except ValueError:
             current = sweep  # defined in code, not in a file
+        if current.is_rl != sweep.is_rl:
+            return SkipReason(f"sweep {name}'s base changed kind since the definitions loaded (this schedule runs "
+                              f"{job.name}): reload the code location")
         # a schedule's run keys only dedupe within one tick: skip cells that already have a live run
         cells = sweep_runs(lake.lake(), current)
-        live = _dagster_runs(context.instance, [r.run for r in cells])
+        live = _dagster_runs(context.instance, [r.run for r in cells], job, asset)
         runs = [r for r in cells if r.run not in live]
         if not runs:
             return SkipReason(f"every cell of {name} already has a run (unchanged cells are not rerun)")
-        context.instance.add_dynamic_partitions(training_runs.name, [r.run for r in runs])
+        for partitions in sorted({r.partitions for r in runs}):  # training_runs, or rl_runs for RL cells
+            context.instance.add_dynamic_partitions(partitions, [r.run for r in runs if r.partitions == partitions])
         context.log.info(f"launching {len(runs)} cells of {name}: {', '.join(r.run for r in runs)}")
         return [_request(r) for r in runs]
 

@@ -1,5 +1,6 @@
 """The experiment card: a structured Markdown page per planned run, shown in the Dagster UI and
-saved beside the run's checkpoints, so anyone can see what was trained without reading code."""
+saved beside the run's checkpoints, so anyone can see what was trained without reading code. An
+RL run queued by a sweep gets one too (`render_rl_card`)."""
 
 from __future__ import annotations
 
@@ -70,3 +71,25 @@ def launch_line(plan: Plan) -> str:
     if n > 1:
         return f"torchrun --standalone --nproc-per-node {n} -m factory.train"
     return "python -m factory.train"
+
+
+def render_rl_card(config, source: str = "") -> str:
+    """An RL run's card (`RLConfig`): what it starts from, how it samples and learns, where it was queued from."""
+    r, g, o = config.rollout, config.grpo, config.optimizer
+    rows = [
+        ("start", f"`{config.start}`"),
+        ("reward", f"{config.reward}" + (f" on `{config.task_table}`" if config.task_table else "")),
+        ("algorithm", f"{config.algorithm}: clip {g.clip_eps:g}, KL {g.kl_coef:g}, {g.aggregation} mean"
+                      + (", std-scaled advantages" if g.scale_rewards else "")),
+        ("rollouts", f"{r.prompts_per_step} prompts x {r.group_size} completions / step, at most {r.max_tokens} "
+                     f"tokens each ({r.actor})"),
+        ("length", f"{config.steps:,} steps ({config.mode}, max staleness {config.max_staleness})"),
+        ("optimizer", f"AdamW lr {o.lr:g}, wd {o.weight_decay:g}, clip {o.grad_clip}"),
+        ("checkpoints", f"every {config.checkpoint_every} steps; evaluated every {config.eval_every} ({config.eval_suite})"),
+        ("seed", str(config.seed)),
+        ("identity hash", f"`{config.identity_hash()}`"),
+    ]
+    table = "\n".join(f"| {k} | {v} |" for k, v in rows)
+    queued = f"Queued from {source} as " if source else "Runs as "
+    return (f"# RL run `{config.name}`\n\n{config.description or '(no description)'}\n\n| | |\n|---|---|\n{table}\n\n"
+            f"{queued}`rl_run` partition `{config.name}` (`rl_job`); rewards in `rl.rollouts`.\n")

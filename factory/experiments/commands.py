@@ -8,7 +8,9 @@ webserver with `--url`, else in a local process against `$DAGSTER_HOME`. `regist
 code location that dagster-graphql would load (every asset module, torch, Spark). `sweep run` trains and
 evaluates the cells one after another without Dagster (the same trainer and eval calls), and
 `sweep results` ranks the cells as the lake stands, read only; with `--write` it also commits
-`sweeps.results` and draws the plot (what the `sweeps/results` asset does).
+`sweeps.results` and draws the plot (what the `sweeps/results` asset does). An RL sweep's
+cells launch as `rl_job` runs (`rl_run` partitions) and rank by their final reward; `sweep run`
+trains pre-training cells only.
 """
 
 from __future__ import annotations
@@ -200,7 +202,7 @@ def cmd_sweep_results(args, out: Console) -> int:
     lake = _lake(args)
     sweep = get_sweep(args.name)
     report = write_sweep_results(lake, sweep, asset_key="cli") if args.write else preview(lake, sweep)
-    table = RichTable("rank", "run", "params", f"{sweep.metric} (lower is better)", "train loss", "status",
+    table = RichTable("rank", "run", "params", f"{sweep.metric} ({sweep.better} is better)", "train loss", "status",
                       title=f"sweep {sweep.name}")
     for row in display_rows(report.ranking):
         table.add_row(*row)

@@ -8,10 +8,11 @@ picks them up). Either way this module speaks plain GraphQL over JSON, so the co
 imports Dagster.
 
 One launch is two documents, whatever the number of runs: a query for the runs that already
-exist of each run's `training_run` partition (its `dagster/partition` tag, whoever launched it:
-an unchanged experiment is never rerun; a failed or canceled one may be), then one mutation
-that adds every run's `training_run` partition and launches every run, each under an alias.
-That is what makes a sweep queue in about a second.
+exist of each run's partition (its `dagster/partition` tag, whoever launched it: an unchanged
+experiment is never rerun; a failed or canceled one may be), then one mutation that adds every
+run's partition to its definition (`training_runs`, or `rl_runs` for an RL sweep's cells) and
+launches every run of its job (`QueuedRun.job`), each under an alias. That is what makes a sweep
+queue in about a second.
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from factory.experiments.queue import RERUNNABLE, TRAIN_JOB, QueuedRun
+from factory.experiments.queue import RERUNNABLE, TRAINING_PARTITIONS, QueuedRun
 from factory.home import CHECKOUT
 
-LOCATION, REPOSITORY, PARTITIONS = "definitions", "__repository__", "training_runs"
+LOCATION, REPOSITORY, PARTITIONS = "definitions", "__repository__", TRAINING_PARTITIONS
 REPO = f'{{repositoryLocationName: "{LOCATION}", repositoryName: "{REPOSITORY}"}}'
 
 
@@ -119,7 +120,7 @@ def submit(runs: list[QueuedRun], gql: GraphQL, *, skip_existing: bool = True) -
         else:
             todo.append((i, r))
     if todo:
-        data = gql(_mutation(len(todo)), _variables(todo))
+        data = gql(_mutation([r.partitions for _, r in todo]), _variables(todo))
         for j, (i, r) in enumerate(todo):
             _check_added(data[f"p{j}"], r.run)
             launched = data[f"r{j}"]
@@ -130,9 +131,9 @@ def submit(runs: list[QueuedRun], gql: GraphQL, *, skip_existing: bool = True) -
     return [results[i] for i in range(len(runs))]
 
 
-def _add_partition(alias: str, key: str) -> str:
-    """A field adding the `training_run` partition `key` (a GraphQL variable or string literal)."""
-    return (f'{alias}: addDynamicPartition(partitionsDefName: "{PARTITIONS}", partitionKey: {key}, '
+def _add_partition(alias: str, key: str, partitions: str = PARTITIONS) -> str:
+    """A field adding the partition `key` (a GraphQL variable or string literal) to `partitions`."""
+    return (f'{alias}: addDynamicPartition(partitionsDefName: {json.dumps(partitions)}, partitionKey: {key}, '
             f'repositorySelector: {REPO}) {{ __typename ... on Error {{ message }} }}')
 
 
@@ -141,13 +142,14 @@ def _check_added(answer: dict, run: str) -> None:
         raise LaunchError(f"{run}: adding its partition failed: {answer.get('message', answer['__typename'])}")
 
 
-def _mutation(n: int) -> str:
-    params = ", ".join(f"$k{j}: String!, $e{j}: ExecutionParams!" for j in range(n))
+def _mutation(partitions: list[str]) -> str:
+    """Add run j's partition to `partitions[j]` and launch it, for every run."""
+    params = ", ".join(f"$k{j}: String!, $e{j}: ExecutionParams!" for j in range(len(partitions)))
     body = "\n".join(
-        _add_partition(f"p{j}", f"$k{j}") + "\n"
+        _add_partition(f"p{j}", f"$k{j}", p) + "\n"
         f'r{j}: launchRun(executionParams: $e{j}) {{ __typename ... on LaunchRunSuccess {{ run {{ runId status }} }} '
         f'... on Error {{ message }} ... on RunConfigValidationInvalid {{ errors {{ message }} }} }}'
-        for j in range(n))
+        for j, p in enumerate(partitions))
     return f"mutation Launch({params}) {{\n{body}\n}}"
 
 
@@ -157,7 +159,7 @@ def _variables(todo: list[tuple[int, QueuedRun]]) -> dict:
         tags = {**r.tags, "dagster/partition": r.run}
         out[f"k{j}"] = r.run
         out[f"e{j}"] = {
-            "selector": {"repositoryLocationName": LOCATION, "repositoryName": REPOSITORY, "jobName": TRAIN_JOB},
+            "selector": {"repositoryLocationName": LOCATION, "repositoryName": REPOSITORY, "jobName": r.job},
             "runConfigData": r.run_config,
             "executionMetadata": {"tags": [{"key": k, "value": v} for k, v in tags.items()]},
         }

@@ -35,6 +35,9 @@ def run_sweep(lake, sweep: SweepConfig, *, suites: Callable[[str], SuiteConfig] 
     """Train (and evaluate) every cell; the eval ids of the cells evaluated, in cell order. Each cell's
     trainer gets `profile` (default: the active one) explicitly, so it writes to the same lake;
     evaluating needs `suites` (a suite's name -> its SuiteConfig), checked before any cell trains."""
+    if sweep.is_rl:  # RL cells need the vLLM actor and the task engine per run: the rl_run asset's job
+        raise ExperimentError(f"sweep {sweep.name}: its cells are RL runs, which `factory sweep run` does not train; "
+                              f"queue them with `factory sweep launch {sweep.name}` (rl_job)")
     if evaluate and suites is None:
         raise ExperimentError(f"sweep {sweep.name}: evaluating the cells needs `suites` (name -> SuiteConfig, "
                               "e.g. configs.evals.suite), or evaluate=False")

@@ -30,6 +30,12 @@ the instance's tag concurrency limits count (one `training` run at a time locall
 Retries: a training run is retried `RETRIES` times (`dagster/max_retries`; the instance enables
 run retries, configs/dagster.yaml). A preempted trainer exits after checkpointing the step in
 progress (`factory.train.preempt`), its run fails, and the retry resumes from that checkpoint.
+
+RL sweep cells (`queued_rl_run`) are the same `QueuedRun` for another job: `rl_job`, partition
+= the cell's run name in `rl_runs` (also its RLConfig's name), the config as JSON in the run
+config of `rl_run`, the same tags, a card. Before they are queued they are checked against the lake
+like a training plan (`check_rl_config`: the start checkpoint, a task table), once per distinct
+start; their `tokens` are the rollout tokens they may sample at most (`rollout_tokens`).
 """
 
 from __future__ import annotations
@@ -42,33 +48,39 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 from pyiceberg.expressions import In
 
-from factory.experiments.card import render_card, write_card
-from factory.experiments.registry import discover_experiments, discover_sweeps
+from factory.experiments.card import render_card, render_rl_card, write_card
+from factory.experiments.registry import discover_experiments, discover_rl_experiments, discover_sweeps
 from factory.experiments.spec import ExperimentConfig, ExperimentError, plan_experiment
-from factory.experiments.sweep import SweepConfig, check_token_budget, expand, run_name
+from factory.experiments.sweep import SweepConfig, check_token_budget, expand, rollout_tokens, run_name
 from factory.home import run_dir
+from factory.posttrain.rl.config import RLConfig
 
 PRIORITY = {"eval": 10, "training": 0, "sweep": -10}
 RETRIES = 3  # preemptions (or lost run workers) a training run survives before it stays failed
 RERUNNABLE = {"FAILURE", "CANCELED"}  # a config whose runs all ended so may be queued again; any other status blocks it
-TRAIN_JOB = "train_job"
+TRAIN_JOB, TRAINING_PARTITIONS = "train_job", "training_runs"  # jobs/ and assets/train.py
+RL_JOB, RL_PARTITIONS = "rl_job", "rl_runs"  # jobs/ and assets/posttrain.py
 
 
 class QueuedRun(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     run: str
-    experiment: ExperimentConfig
+    experiment: ExperimentConfig | RLConfig
     config_hash: str
     tags: dict[str, str]
     card: str
     card_path: str
-    tokens: int
+    tokens: int  # trained, or (RL) rollout tokens sampled at most
     steps: int
     source: str
+    job: str = TRAIN_JOB
+    partitions: str = TRAINING_PARTITIONS  # the dynamic partitions definition `run` is added to
 
     @property
     def run_config(self) -> dict:
+        if isinstance(self.experiment, RLConfig):
+            return {"ops": {"rl_run": {"config": {"config_json": self.experiment.model_dump_json()}}}}
         return {"ops": {"training_run": {"config": {"experiment_json": self.experiment.model_dump_json(),
                                                     "source": self.source}}}}
 
@@ -84,12 +96,43 @@ def queued_run(lake, experiment: ExperimentConfig, *, source: str, kind: str = "
     card = render_card(plan)
     queued = QueuedRun(run=run, experiment=experiment, config_hash=plan.config_hash, card=card,
                        card_path=str(run_dir(lake.home, run) / "card.md"), tokens=plan.tokens,
-                       steps=plan.steps, source=source,
-                       tags={"factory/kind": "training", "dagster/priority": str(PRIORITY[kind]),
-                             "dagster/max_retries": str(RETRIES), **(tags or {})})
+                       steps=plan.steps, source=source, tags=_tags(kind, tags))
     if write:
         queued.save_card(lake)
     return queued
+
+
+def _tags(kind: str, tags: dict[str, str] | None) -> dict[str, str]:
+    return {"factory/kind": "training", "dagster/priority": str(PRIORITY[kind]), "dagster/max_retries": str(RETRIES),
+            **(tags or {})}
+
+
+def queued_rl_run(lake, config: RLConfig, *, source: str, kind: str = "training",
+                  tags: dict[str, str] | None = None, write: bool = True) -> QueuedRun:
+    """The request of an RL run (partition = its config's name); the caller has checked the config
+    against the lake (`check_rl_config`)."""
+    queued = QueuedRun(run=config.name, experiment=config, config_hash=config.identity_hash(),
+                       card=render_rl_card(config, source), card_path=str(run_dir(lake.home, config.name) / "card.md"),
+                       tokens=rollout_tokens(config), steps=config.steps, source=source, tags=_tags(kind, tags),
+                       job=RL_JOB, partitions=RL_PARTITIONS)
+    if write:
+        queued.save_card(lake)
+    return queued
+
+
+def check_rl_cells(lake, sweep: SweepConfig, configs: list[RLConfig]) -> None:
+    """Each distinct start checkpoint and task table checked once (`check_rl_config`); errors name the sweep."""
+    from factory.posttrain.rl.config import RLConfigError, check_rl_config
+
+    checked = set()
+    for config in configs:
+        if (config.start, config.task_table) in checked:
+            continue
+        try:
+            check_rl_config(config, lake)
+        except RLConfigError as e:
+            raise ExperimentError(f"sweep {sweep.name}: {e}") from None
+        checked.add((config.start, config.task_table))
 
 
 def experiment_runs(lake, directory: Path | None = None, names: list[str] | None = None,
@@ -173,22 +216,46 @@ def resolve_run(run: str, experiments_dir: Path | None = None, sweeps_dir: Path 
     for f in found.found.values():
         if run_name(f.config) == run:
             return f.config
-    sweeps = discover_sweeps(sweeps_dir)
-    for f in sweeps.found.values():
-        if run.startswith(f.name + "-"):
-            for cell in expand(f.config):
-                if cell.run == run:
-                    return cell.experiment
+    cell = _sweep_cell(run, ExperimentConfig, sweeps_dir)
+    if cell is not None:
+        return cell
     raise ExperimentError(f"no experiment or sweep cell has run name {run!r} now (its file may have changed since it "
                           "was queued; runs queued by the sensor or `factory experiment submit` carry their config)")
 
 
+def resolve_rl_run(run: str, experiments_dir: Path | None = None, sweeps_dir: Path | None = None) -> RLConfig:
+    """The RL config named `run`: an `-> RLConfig` experiment, or an RL sweep's cell as it is now."""
+    found = discover_rl_experiments(experiments_dir)
+    if run in found.found:
+        return found.found[run].config
+    cell = _sweep_cell(run, RLConfig, sweeps_dir)
+    if cell is not None:
+        return cell
+    raise ExperimentError(f"no RL experiment or RL sweep cell is named {run!r} now (have: "
+                          f"{', '.join(sorted(found.found)) or 'none'}; runs queued by `factory sweep launch` carry "
+                          "their config)")
+
+
+def _sweep_cell(run: str, cls: type, sweeps_dir: Path | None):
+    for f in discover_sweeps(sweeps_dir).found.values():
+        if run.startswith(f.name + "-") and isinstance(f.config.base, cls):
+            for cell in expand(f.config):
+                if cell.run == run:
+                    return cell.experiment
+    return None
+
+
 def sweep_runs(lake, sweep: SweepConfig) -> list[QueuedRun]:
     """One request per cell, tagged with the sweep and the cell's values; the whole sweep is
-    refused when any cell cannot be planned or the cells exceed the budget."""
+    refused when any cell cannot be planned (RL: checked) or the cells exceed the budget."""
     cells = expand(sweep)
-    runs = [queued_run(lake, c.experiment, source=f"configs/sweeps/{sweep.name} cell {c.index}: "
-                       + json.dumps(c.params, sort_keys=True), kind="sweep", tags={"factory/sweep": sweep.name})
-            for c in cells]
+    sources = [f"configs/sweeps/{sweep.name} cell {c.index}: " + json.dumps(c.params, sort_keys=True) for c in cells]
+    tags = {"factory/sweep": sweep.name}
+    if sweep.is_rl:
+        configs = [c.experiment for c in cells]
+        check_token_budget(sweep, [rollout_tokens(c) for c in configs])  # before the lake is read: it is arithmetic
+        check_rl_cells(lake, sweep, configs)
+        return [queued_rl_run(lake, c, source=s, kind="sweep", tags=tags) for c, s in zip(configs, sources)]
+    runs = [queued_run(lake, c.experiment, source=s, kind="sweep", tags=tags) for c, s in zip(cells, sources)]
     check_token_budget(sweep, [r.tokens for r in runs])
     return runs

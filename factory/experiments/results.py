@@ -4,17 +4,21 @@ A sweep's cells are runs named `<sweep>-<hash8>` (`factory.experiments.sweep`); 
 land in `train.checkpoints` and their scores in `evals.results`. `write_sweep_results` joins both
 with the sweep's expansion into one row per (cell, task, metric) at the cell's highest evaluated
 step — plus one row with empty scores for a cell not evaluated yet, so the table always shows
-every cell and its status (`evaluated`, `trained`, `pending`). It replaces the sweep's rows in
+every cell and its status (`evaluated`, `trained`, `pending`). An RL sweep's cell also gets one
+row `rollouts/reward` once its run has sampled: the mean reward of its last 20 % of steps in
+`rl.rollouts` (`factory.posttrain.rl.report.final_reward`), its step the last one; such a cell
+is `trained` until an eval scores one of its checkpoints. It replaces the sweep's rows in
 one overwrite filtered on `sweep` (re-running never doubles them; other sweeps' rows stay), reads
-both source tables at one pinned snapshot each (named in the commit's summary), and writes a
+the source tables at one pinned snapshot each (named in the commit's summary), and writes a
 lineage row `sweep/<name>@<snapshot>` whose upstream is every eval and checkpoint it used.
 
 Why long format: a new task or source adds rows, not columns, and any question is one query:
 
     factory sql "select run, value from sweeps.results where sweep='smoke_lr' and metric='all' order by rank"
 
-Every row carries its cell's `rank` by the sweep's own metric (`ranked_by`, lower is better,
-unevaluated cells last), so `ranked` — for the CLI and the auto-mixer — needs no sweep config.
+Every row carries its cell's `rank` by the sweep's own metric (`ranked_by`) in the sweep's own
+direction (`better`: lower for bpb and losses, higher for `rollouts/reward`; unscored cells last),
+so `ranked` — for the CLI and the auto-mixer — reads the ranks back and needs no sweep config.
 Shown to people (`display_rows`, `ranking_table`), a cell without a score has no rank (`—`): a
 pending cell is not fourth of four. `preview` is the read-only view `factory sweep results` prints;
 only the `sweeps/results` asset, the auto-mixer and `--write` commit.
@@ -38,6 +42,8 @@ from factory.experiments.sweep import Dirichlet, SweepConfig, expand
 from factory.lake import CommitStamp, Lake, LineageRecord
 from factory.lake.schemas import SWEEP_RESULTS
 from factory.lake.lineage import SNAPSHOT
+from factory.posttrain.rl.report import final_reward
+from factory.posttrain.rl.store import ROLLOUTS_TABLE
 from factory.train.checkpoint import CHECKPOINTS_TABLE
 from factory.version import canonical_json, config_hash
 
@@ -63,15 +69,15 @@ class SweepReport(BaseModel):
 
 
 # -- collecting -------------------------------------------------------------------------------
-def _read(lake: Lake, table: str, runs: set[str]) -> tuple[list[dict], int | None]:
-    """`runs`' rows of `table` at its current snapshot (pinned, so both reads name what they saw)."""
+def _read(lake: Lake, table: str, runs: set[str], fields: tuple[str, ...] = ("*",)) -> tuple[list[dict], int | None]:
+    """`runs`' rows of `table` at its current snapshot (pinned, so every read names what it saw)."""
     if not lake.has_table(table):
         return [], None
     iceberg = lake.table(table)
     snapshot = iceberg.current_snapshot()
     if snapshot is None:
         return [], None
-    scan = iceberg.scan(row_filter=In("run", runs), snapshot_id=snapshot.snapshot_id)
+    scan = iceberg.scan(row_filter=In("run", runs), snapshot_id=snapshot.snapshot_id, selected_fields=fields)
     return scan.to_arrow().to_pylist(), snapshot.snapshot_id
 
 
@@ -80,6 +86,8 @@ def _collect(lake: Lake, sweep: SweepConfig) -> tuple[list[dict], dict[str, int]
     runs = {c.run for c in cells}
     saved, saved_at = _read(lake, CHECKPOINTS_TABLE, runs)
     scored, scored_at = _read(lake, EVALS_TABLE, runs)
+    sampled, sampled_at = (_read(lake, ROLLOUTS_TABLE, runs, ("run", "step", "reward", "used")) if sweep.is_rl
+                           else ([], None))
     now = dt.datetime.now(dt.timezone.utc)
     rows = []
     for cell in cells:
@@ -87,6 +95,7 @@ def _collect(lake: Lake, sweep: SweepConfig) -> tuple[list[dict], dict[str, int]
         by_id = {r["checkpoint_id"]: r for r in ckpts}  # a re-recorded checkpoint: its newest row
         evals = [r for r in scored if r["run"] == cell.run]
         final = max((r["step"] for r in evals), default=None)
+        reward = final_reward([r for r in sampled if r["run"] == cell.run]) if sweep.is_rl else None
         base = {"sweep": sweep.name, "cell": cell.index, "run": cell.run,
                 "config_hash": cell.experiment.identity_hash(), "params_json": canonical_json(cell.params),
                 "experiment_json": canonical_json(cell.experiment), "ranked_by": sweep.metric, "created_at": now}
@@ -95,7 +104,15 @@ def _collect(lake: Lake, sweep: SweepConfig) -> tuple[list[dict], dict[str, int]
                 rows.append({**base, "status": "evaluated", "step": r["step"], "tokens": r["tokens"],
                              "train_loss": by_id.get(r["checkpoint_id"], {}).get("loss"),
                              "checkpoint_id": r["checkpoint_id"], **{k: r[k] for k in SCORE_COLUMNS}})
-        elif ckpts:
+        if reward is not None:  # the policy's reward at the end of the run so far; its newest checkpoint beside it
+            last = ckpts[-1] if ckpts else {}
+            rows.append({**base, "status": "evaluated" if final is not None else "trained", "step": reward["step"],
+                         "tokens": None, "train_loss": last.get("loss"), "checkpoint_id": last.get("checkpoint_id"),
+                         "task": "rollouts", "metric": "reward", "value": reward["value"], "stderr": reward["stderr"],
+                         "eval_id": None})
+        if final is not None or reward is not None:
+            continue
+        if ckpts:
             last = ckpts[-1]
             rows.append({**base, "status": "trained", "step": last["step"], "tokens": last["tokens"],
                          "train_loss": last["loss"], "checkpoint_id": last["checkpoint_id"],
@@ -103,10 +120,11 @@ def _collect(lake: Lake, sweep: SweepConfig) -> tuple[list[dict], dict[str, int]
         else:
             rows.append({**base, "status": "pending", "step": None, "tokens": None, "train_loss": None,
                          "checkpoint_id": None, **dict.fromkeys(SCORE_COLUMNS)})
-    rank = {e["cell"]: e["rank"] for e in _ranking(rows, sweep.metric)}
+    rank = {e["cell"]: e["rank"] for e in _ranking(rows, sweep.metric, sweep.better)}
     for row in rows:
         row["rank"] = rank[row["cell"]]
-    upstream = {t: s for t, s in ((CHECKPOINTS_TABLE, saved_at), (EVALS_TABLE, scored_at)) if s is not None}
+    read = ((CHECKPOINTS_TABLE, saved_at), (EVALS_TABLE, scored_at), (ROLLOUTS_TABLE, sampled_at))
+    upstream = {t: s for t, s in read if s is not None}
     return rows, upstream
 
 
@@ -116,10 +134,10 @@ def collect(lake: Lake, sweep: SweepConfig) -> list[dict]:
 
 
 # -- ranking ----------------------------------------------------------------------------------
-def _ranking(rows: list[dict], metric: str) -> list[dict]:
-    """One entry per cell, by `metric` ascending; cells without a finite score last (trained
-    before pending). A cell scored on `metric` by several suites at its final step ranks by the
-    suite its experiment names (what the eval sensor runs)."""
+def _entries(rows: list[dict], metric: str) -> list[dict]:
+    """One entry per cell with its score on `metric` (None when it has none). A cell scored on
+    `metric` by several suites at its final step takes the suite its experiment names (what the eval
+    sensor runs)."""
     task, name = metric.split("/", 1)
     cells: dict[int, list[dict]] = {}
     for r in rows:
@@ -128,19 +146,26 @@ def _ranking(rows: list[dict], metric: str) -> list[dict]:
     for index, group in cells.items():
         suite = json.loads(group[0]["experiment_json"]).get("eval_suite")
         hits = sorted((r for r in group if r["task"] == task and r["metric"] == name),
-                      key=lambda r: (not r["eval_id"].endswith(f"/{suite}"), r["eval_id"]))
+                      key=lambda r: (not (r["eval_id"] or "").endswith(f"/{suite}"), r["eval_id"] or ""))
         row = hits[0] if hits else group[0]
         score = {k: row[k] if hits else None for k in ("value", "stderr", "eval_id")}
         entries.append({"cell": index, "run": row["run"], "status": row["status"],
                         "params": json.loads(row["params_json"]), **score, "step": row["step"],
                         "tokens": row["tokens"], "train_loss": row["train_loss"],
                         "checkpoint_id": row["checkpoint_id"], "config_hash": row["config_hash"]})
+    return entries
+
+
+def _ranking(rows: list[dict], metric: str, better: str = "lower") -> list[dict]:
+    """`_entries` best first by `metric` (`better`: "lower" or "higher"); cells without a finite
+    score last (trained before pending), still numbered: every cell gets a rank 1..n."""
+    sign = -1.0 if better == "higher" else 1.0
 
     def key(e: dict) -> tuple:
         unscored = e["value"] is None or not math.isfinite(e["value"])
-        return unscored, 0.0 if unscored else e["value"], STATUSES.index(e["status"]), e["cell"]
+        return unscored, 0.0 if unscored else sign * e["value"], STATUSES.index(e["status"]), e["cell"]
 
-    return [{"rank": i + 1, **e} for i, e in enumerate(sorted(entries, key=key))]
+    return [{"rank": i + 1, **e} for i, e in enumerate(sorted(_entries(rows, metric), key=key))]
 
 
 def ranked(lake: Lake, sweep_name: str) -> list[dict]:
@@ -151,7 +176,10 @@ def ranked(lake: Lake, sweep_name: str) -> list[dict]:
     if not lake.has_table(RESULTS_TABLE):
         return []
     rows = lake.table(RESULTS_TABLE).scan(row_filter=EqualTo("sweep", sweep_name)).to_arrow().to_pylist()
-    return _ranking(rows, rows[0]["ranked_by"]) if rows else []
+    if not rows:
+        return []
+    rank = {r["cell"]: r["rank"] for r in rows}  # as written, in the sweep's direction
+    return [{"rank": rank[e["cell"]], **e} for e in sorted(_entries(rows, rows[0]["ranked_by"]), key=lambda e: rank[e["cell"]])]
 
 
 def _fmt(value: Any) -> str:
@@ -199,7 +227,7 @@ def preview(lake: Lake, sweep: SweepConfig) -> SweepReport:
 
 
 def _report(sweep: SweepConfig, rows: list[dict], *, snapshot_id: int | None) -> SweepReport:
-    ranking = _ranking(rows, sweep.metric)
+    ranking = _ranking(rows, sweep.metric, sweep.better)
     counts = {s: sum(e["status"] == s for e in ranking) for s in STATUSES}
     best = ranking[0] if ranking and scored(ranking[0]) else None
     return SweepReport(sweep=sweep.name, metric=sweep.metric, ranking=ranking, counts=counts, best=best,
@@ -288,8 +316,8 @@ def plot(report_or_rows: SweepReport | list[dict], sweep: SweepConfig, path: str
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # Agg directly: no pyplot, no global backend
     from matplotlib.figure import Figure
 
-    ranking = report_or_rows.ranking if isinstance(report_or_rows, SweepReport) else _ranking(report_or_rows,
-                                                                                                sweep.metric)
+    ranking = report_or_rows.ranking if isinstance(report_or_rows, SweepReport) else _ranking(
+        report_or_rows, sweep.metric, sweep.better)
     points = [e for e in ranking if scored(e)]
     mix = "mix_weights" in sweep.params
     panels = len(_mix_tables(sweep)) if mix else 1
@@ -298,7 +326,7 @@ def plot(report_or_rows: SweepReport | list[dict], sweep: SweepConfig, path: str
     (_plot_mix if mix else _plot_params)(fig, sweep, points)
     if not points:
         fig.text(0.5, 0.5, "no evaluated cells yet", ha="center", va="center")
-    fig.suptitle(f"{sweep.name}: {sweep.metric} (lower is better), {len(points)}/{len(ranking)} cells scored")
+    fig.suptitle(f"{sweep.name}: {sweep.metric} ({sweep.better} is better), {len(points)}/{len(ranking)} cells scored")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)

@@ -5,15 +5,25 @@ A sweep file in `configs/sweeps/` returns a `SweepConfig`:
     SweepConfig(name="smoke_lr", base=smoke().derive(steps=30), search="grid",
                 params={"optimizer.lr": [1e-3, 3e-3], "global_batch": [8, 16]})
 
-`params` maps a field path of `ExperimentConfig` to a list of values (grid: the product; random:
+`params` maps a field path of the base's class to a list of values (grid: the product; random:
 a seeded choice per cell), to `Uniform`/`LogUniform` (random only), or — for `mix_weights` — to
-`Dirichlet` over the mix's tables (the auto-mixer's proxies). Every cell is the base `derive`d
-with its values, so it is validated exactly like a hand-written experiment; its run name is the
-sweep name plus the cell's identity hash (`run_name`), so a cell is reproducible from its config
-and an unchanged cell is never run twice.
+`Dirichlet` over the mix's tables (the auto-mixer's proxies). Every cell is the base with its
+values, validated as the base's own class, so exactly like a hand-written config; its run name is
+the sweep name plus the cell's identity hash (`Cell.run`), so a cell is reproducible from its
+config and an unchanged cell is never run twice.
+
+The base is a pre-training `ExperimentConfig` (cells are `training_run` partitions) or an
+`RLConfig` (cells are `rl_run` partitions). An RL cell's config is *named* its run name
+`<sweep>-<hash8>` — an RL run's partition, checkpoints and rollouts are keyed by its config's
+name — and the hash leaves out the name and the execution choices (`RLConfig.identity_hash`).
+
+What ranks the cells (`metric`, and `better`: which way): an eval metric of `evals.results`
+(`task/metric`, default `bpb/all`, lower is better), or for an RL sweep `rollouts/reward`, its
+default: the mean reward of the last 20 % of the run's steps in `rl.rollouts` (higher is better).
 
 The budget bounds what a launch may start: `max_runs` is checked when the sweep expands,
-`max_tokens` (all cells together) when the cells are planned against the lake.
+`max_tokens` (all cells together) when the cells are queued: tokens trained for training cells,
+and for RL cells the rollout tokens they may sample at most (steps x prompts x group x max_tokens).
 
 Everything a sweep can check on its own it checks when it is built, naming the parameter: a
 distribution's bounds (`params.optimizer.lr: LogUniform low=0.01 > high=0.001`, a NaN bound, a
@@ -33,7 +43,9 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 from pydantic.fields import FieldInfo
 
 from factory.experiments.spec import ExperimentConfig, ExperimentError, validation_message
+from factory.posttrain.rl.config import RLConfig
 
+REWARD_METRIC = "rollouts/reward"  # an RL sweep's default metric: mean reward of its last steps (rl.rollouts)
 WEIGHT_DECIMALS = 4  # sampled mix weights are rounded so the identity hash and the card stay readable
 
 
@@ -117,27 +129,46 @@ Distribution = Union[Uniform, LogUniform, Dirichlet]
 
 class SweepBudget(_Frozen):
     max_runs: int = Field(16, ge=1, description="Cells a launch may start at most.")
-    max_tokens: int | None = Field(None, gt=0, description="Training tokens of all cells together at most.")
+    max_tokens: int | None = Field(None, gt=0, description="Tokens of all cells together at most: trained "
+                                   "(training cells), or rollout tokens sampled at most (RL cells).")
 
 
 class SweepConfig(_Frozen):
-    """A base experiment and a search over some of its fields."""
+    """A base experiment (pre-training or RL) and a search over some of its fields."""
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_\-]*$", description="Sweep name; its cells' runs are <name>-<hash8>.")
     description: str = Field("", description="The question the sweep answers (shown in the UI and the summary).")
-    base: ExperimentConfig
+    base: Union[ExperimentConfig, RLConfig]
     search: Literal["grid", "random"] = "grid"
     params: dict[str, Union[list[Any], Distribution]] = Field(min_length=1, description="Field path -> values or distribution.")
     samples: int | None = Field(None, ge=1, description="Cells drawn by random search.")
     seed: int = Field(0, description="Seeds random search.")
     budget: SweepBudget = SweepBudget()
-    metric: str = Field("bpb/all", description="task/metric of evals.results the summary ranks cells by (lower is better).")
+    metric: str = Field(None, description="What ranks the cells: task/metric of evals.results, or rollouts/reward "
+                                          "(RL: mean reward of the last 20 % of steps). Default: bpb/all, RL rollouts/reward.")
+    better: Literal["lower", "higher"] = Field(None, description="Which way the metric is better. Default: higher for "
+                                                                 "rollouts/reward, lower for eval metrics (bpb, loss).")
     cron: str | None = Field(None, description="Launch the sweep on this cron schedule (the schedule starts stopped).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _defaults(cls, data: Any) -> Any:
+        """The metric and its direction follow from the base when not given (an RL base has a reward)."""
+        if not isinstance(data, dict):
+            return data
+        base = data.get("base")
+        rl = isinstance(base, RLConfig) or (isinstance(base, dict) and "reward" in base)
+        metric = data.get("metric") or (REWARD_METRIC if rl else "bpb/all")
+        return {**data, "metric": metric, "better": data.get("better") or ("higher" if metric == REWARD_METRIC else "lower")}
+
+    @property
+    def is_rl(self) -> bool:
+        return isinstance(self.base, RLConfig)
 
     @model_validator(mode="after")
     def _check(self) -> "SweepConfig":
         for path, values in self.params.items():
-            field = _check_path(path)
+            field = _check_path(type(self.base), path)
             if isinstance(values, list) and not values:
                 raise ValueError(f"params.{path}: no values")
             if self.search == "grid" and not isinstance(values, list):
@@ -154,20 +185,24 @@ class SweepConfig(_Frozen):
             raise ValueError("samples is for random search; a grid has one cell per combination")
         if "/" not in self.metric:
             raise ValueError(f"metric {self.metric!r} must be task/metric, e.g. bpb/all")
+        if self.metric == REWARD_METRIC and not self.is_rl:
+            raise ValueError(f"metric {REWARD_METRIC} ranks RL sweeps by rl.rollouts; a training sweep ranks by an eval "
+                             "metric (task/metric, e.g. bpb/all)")
         return self
 
 
-def _check_path(path: str) -> FieldInfo:
-    """The field `path` names (its type and constraints); an error when it names none."""
-    fields = ExperimentConfig.model_fields
+def _check_path(cls: type[BaseModel], path: str) -> FieldInfo:
+    """The field of `cls` that `path` names (its type and constraints); an error when it names none
+    (`name` is the sweep's to set)."""
+    fields = cls.model_fields
     head, *rest = path.split(".")
     if head not in fields or head == "name":
-        raise ValueError(f"params: {path!r} is not a field of ExperimentConfig")
+        raise ValueError(f"params: {path!r} is not a field of {cls.__name__}")
     field = fields[head]
     for part in rest:
         sub = getattr(field.annotation, "model_fields", None)
         if not sub or part not in sub:
-            raise ValueError(f"params: {path!r} is not a field of ExperimentConfig ({part!r} unknown)")
+            raise ValueError(f"params: {path!r} is not a field of {cls.__name__} ({part!r} unknown)")
         field = sub[part]
     return field
 
@@ -186,22 +221,31 @@ def _check_values(path: str, field: FieldInfo, values: list) -> None:
 
 
 class Cell(_Frozen):
-    """One point of a sweep: its index, the values it sets, the experiment it runs."""
+    """One point of a sweep: its index, the values it sets, the experiment it runs (training or RL)."""
 
     sweep: str
     index: int
     params: dict[str, Any]
-    experiment: ExperimentConfig
+    experiment: Union[ExperimentConfig, RLConfig]
 
     @property
     def run(self) -> str:
-        return run_name(self.experiment)
+        """`<sweep>-<hash8>`; an RL cell's config already carries it as its name."""
+        return self.experiment.name if isinstance(self.experiment, RLConfig) else run_name(self.experiment)
 
 
 def run_name(experiment: ExperimentConfig) -> str:
     """`<name>-<hash8>`: every identity gets its own run, checkpoints and lineage (as Marin names
     its output paths), so editing an experiment never resumes another config's checkpoints."""
     return f"{experiment.name}-{experiment.identity_hash()[:8]}"
+
+
+def _cell_config(cls: type, data: dict, sweep: str) -> ExperimentConfig | RLConfig:
+    """`data` validated as `cls`; an RL cell is then renamed to its run name (its hash ignores the name)."""
+    config = cls.model_validate(data)
+    if cls is RLConfig:
+        config = RLConfig.model_validate({**data, "name": f"{sweep}-{config.identity_hash()[:8]}"})
+    return config
 
 
 def _set(data: dict, path: str, value: Any) -> dict:
@@ -229,7 +273,7 @@ def expand(sweep: SweepConfig) -> list[Cell]:
         for path, value in point.items():
             data = _set(data, path, value)
         try:
-            experiment = ExperimentConfig.model_validate(data)
+            experiment = _cell_config(type(sweep.base), data, sweep.name)
         except ValidationError as e:
             raise ExperimentError(f"sweep {sweep.name}: cell {i} {point}: {validation_message(e)}") from None
         cell = Cell(sweep=sweep.name, index=i, params=point, experiment=experiment)
@@ -241,6 +285,14 @@ def expand(sweep: SweepConfig) -> list[Cell]:
 
 
 def check_token_budget(sweep: SweepConfig, tokens: list[int]) -> None:
+    """`tokens`: per cell, trained (training) or rollout tokens sampled at most (RL, `rollout_tokens`)."""
     if sweep.budget.max_tokens is not None and sum(tokens) > sweep.budget.max_tokens:
-        raise ExperimentError(f"sweep {sweep.name}: its cells train {sum(tokens):,} tokens, over "
+        what = "may sample up to" if sweep.is_rl else "train"
+        raise ExperimentError(f"sweep {sweep.name}: its cells {what} {sum(tokens):,} tokens, over "
                               f"budget.max_tokens={sweep.budget.max_tokens:,}")
+
+
+def rollout_tokens(config: RLConfig) -> int:
+    """The completion tokens an RL run samples at most: steps x prompts x group x max_tokens."""
+    r = config.rollout
+    return config.steps * r.prompts_per_step * r.group_size * r.max_tokens

@@ -4,7 +4,8 @@ one field queues a new run (new run name, run key = the new hash); a broken file
 without hiding the others; an unplannable experiment is not queued; an experiment whose run is
 already done or under way however it was launched (a `dagster asset materialize` run, a queued
 run, the final step in `train.checkpoints`) is skipped as done, named in the log and the skip
-reason, and not looked at again; requests carry only the tags the run queue needs. CPU, no servers."""
+reason, and not looked at again; requests carry only the tags the run queue needs; sweep schedules
+request every cell (an RL sweep's: rl_job runs of rl_runs partitions). CPU, no servers."""
 
 import json
 
@@ -194,3 +195,45 @@ def test_runs_done_or_under_way_however_launched_are_not_queued(tmp_path, build_
 
     again = tick(home, directory, instance, result.cursor)
     assert isinstance(again, SkipReason) and again.skip_message == "no new or changed experiments to train"
+
+
+def test_rl_sweep_schedule_requests_rl_job_runs_of_rl_runs_partitions(tmp_path, monkeypatch):
+    """An RL sweep's schedule targets rl_job: its requests' partitions are the cells' run names, added
+    to `rl_runs` (not `training_runs`), their run config is valid for rl_job and reads back as the
+    cell's RLConfig in the asset's own config class; a live rl_job run blocks its cell at the next
+    tick. The start checkpoint check is stubbed (tests/experiments/test_sweep_rl.py covers it)."""
+    from dagster import DagsterRunStatus, build_schedule_context, validate_run_config
+    from dagster._core.test_utils import create_run_for_test
+
+    import definitions
+    import factory.posttrain.rl.config as rl_config
+    from assets.posttrain import RLRunConfig, rl_runs
+    from configs.experiments.rl_toy import rl_toy
+    from factory.experiments.queue import RL_JOB, RL_PARTITIONS
+    from factory.experiments.sweep import SweepConfig, expand
+    from factory.posttrain.rl import RLConfig
+    from sensors.experiments import sweep_schedule
+
+    monkeypatch.setattr(rl_config, "check_rl_config", lambda config, lake: None)
+    base = RLConfig.model_validate({**rl_toy().model_dump(), "steps": 2})
+    sweep = SweepConfig(name="rltiny", base=base, params={"optimizer.lr": [1e-3, 2e-3]})
+    schedule = sweep_schedule(sweep)
+    assert (schedule.job_name, rl_runs.name) == (RL_JOB, RL_PARTITIONS) == ("rl_job", "rl_runs")
+    (tmp_path / "dagster").mkdir()
+    instance = DagsterInstance.local_temp(str(tmp_path / "dagster"))
+    context = build_schedule_context(instance=instance, repository_def=definitions.defs.get_repository_def(), resources={
+        "lake": LakeResource(home=str(tmp_path / "home")), "experiments": ExperimentsResource(sweeps_dir=str(tmp_path))})
+    requests = list(schedule.evaluate_tick(context).run_requests)
+    cells = expand(sweep)
+    assert [r.partition_key for r in requests] == [c.run for c in cells]
+    assert set(instance.get_dynamic_partitions("rl_runs")) == {c.run for c in cells}
+    assert instance.get_dynamic_partitions("training_runs") == []
+    job = definitions.defs.resolve_job_def("rl_job")
+    for r, c in zip(requests, cells):
+        assert validate_run_config(job, r.run_config)
+        assert RLRunConfig(**r.run_config["ops"]["rl_run"]["config"]).rl_config(r.partition_key) == c.experiment
+        assert r.tags["factory/sweep"] == "rltiny" and r.tags["dagster/priority"] == "-10"
+
+    create_run_for_test(instance, job_name="rl_job", tags=requests[0].tags, status=DagsterRunStatus.STARTED)
+    again = list(schedule.evaluate_tick(context).run_requests)
+    assert [r.partition_key for r in again] == [cells[1].run], "a cell with a live rl_job run is not queued again"

@@ -1,14 +1,19 @@
 """What an RL run's page shows: the reward curve (an inline plot), pass rates by task family at the
 start and the end of the run, and the run's numbers; read from rl.rollouts, so a resumed run's page
-covers the whole run, not only the part after its last relaunch."""
+covers the whole run, not only the part after its last relaunch. `final_reward` is the one number an
+RL sweep ranks its cells by: the mean reward over the last `FINAL_FRACTION` of the steps (an average
+over several steps, as one step's batch is a few dozen noisy samples). Matplotlib is imported only
+to draw the curve: `factory sweep results` ranks cells without it."""
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 
 from factory.lake import Lake
 from factory.posttrain.rl.store import rollouts
-from factory.train.plot import loss_curve_markdown
+
+FINAL_FRACTION = 0.2  # "the end of the run": its last 20 % of steps (at least one)
 
 
 def reward_curve(rows: list[dict]) -> list[tuple[int, float]]:
@@ -20,13 +25,31 @@ def reward_curve(rows: list[dict]) -> list[tuple[int, float]]:
     return [(step, sum(v) / len(v)) for step, v in sorted(by_step.items())]
 
 
-def pass_rates(rows: list[dict], fraction: float = 0.2) -> list[dict]:
+def _cut(steps: list[int], fraction: float) -> int:
+    return max(1, round(len(steps) * fraction))
+
+
+def final_reward(rows: list[dict], fraction: float = FINAL_FRACTION) -> dict | None:
+    """The mean reward of the used samples of the last `fraction` of the run's steps, with its standard
+    error (sample std / sqrt(n); None for one sample), the sample count and the steps it covers; None
+    when the run has no used sample yet."""
+    steps = sorted({r["step"] for r in rows if r["used"]})
+    if not steps:
+        return None
+    last = set(steps[-_cut(steps, fraction):])
+    rewards = [r["reward"] for r in rows if r["used"] and r["step"] in last]
+    n, mean = len(rewards), sum(rewards) / len(rewards)
+    stderr = math.sqrt(sum((x - mean) ** 2 for x in rewards) / (n - 1) / n) if n > 1 else None
+    return {"value": mean, "stderr": stderr, "samples": n, "first_step": min(last), "step": max(last)}
+
+
+def pass_rates(rows: list[dict], fraction: float = FINAL_FRACTION) -> list[dict]:
     """Pass rate per task family (the task id up to its last `/`) over the first and the last `fraction`
     of the run's steps."""
     steps = sorted({r["step"] for r in rows if r["used"]})
     if not steps:
         return []
-    cut = max(1, round(len(steps) * fraction))
+    cut = _cut(steps, fraction)
     first, last = set(steps[:cut]), set(steps[-cut:])
     families: dict[str, dict[str, list[float]]] = defaultdict(lambda: {"first": [], "last": []})
     for r in rows:
@@ -42,6 +65,8 @@ def pass_rates(rows: list[dict], fraction: float = 0.2) -> list[dict]:
 
 
 def rl_summary(lake: Lake, config, reported: dict) -> dict:
+    from factory.train.plot import loss_curve_markdown
+
     rows = rollouts(lake, config.name)
     curve = reward_curve(rows)
     return {
