@@ -67,6 +67,14 @@ def eval_suites() -> list[str]:
     return sorted(SUITES)
 
 
+def check_eval_suite(name: str) -> str:
+    """A config field's check: `name` is a suite of configs/evals.py."""
+    known = eval_suites()
+    if name not in known:
+        raise ValueError(f"unknown eval suite {name!r}; configs/evals.py defines {known}")
+    return name
+
+
 class ExperimentConfig(BaseModel):
     """One training experiment."""
 
@@ -104,10 +112,7 @@ class ExperimentConfig(BaseModel):
     def _known_suite(cls, name: str, info: ValidationInfo) -> str:
         if (info.context or {}).get("stored"):
             return name
-        known = eval_suites()
-        if name not in known:
-            raise ValueError(f"unknown eval suite {name!r}; configs/evals.py defines {known}")
-        return name
+        return check_eval_suite(name)
 
     @model_validator(mode="after")
     def _length(self) -> "ExperimentConfig":

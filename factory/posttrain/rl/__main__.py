@@ -14,48 +14,24 @@ did not verify (an incident row says which tensors); anything else is a crash.
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from pydantic import ValidationError
-
-from factory import settings
-from factory.deploy import load_profile, open_lake
-from factory.experiments.spec import ExperimentError
-from factory.lake import LakeError
-from factory.overrides import validation_message
+from factory.posttrain import cli
 from factory.train.report import open_reporter
+
+PROG = "python -m factory.posttrain.rl"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m factory.posttrain.rl", description=__doc__.split("\n\n")[0])
-    which = parser.add_mutually_exclusive_group(required=True)
-    which.add_argument("--experiment", help="a function in configs/experiments returning an RLConfig")
-    which.add_argument("--config-json", help="a validated RLConfig as JSON")
-    parser.add_argument("--run-id", default="", help="Dagster run id, for lineage")
-    parser.add_argument("--home", help="FACTORY_HOME")
-    parser.add_argument("--deploy", help="deployment profile (default: the one handed down, else embedded)")
-    parser.add_argument("--reporter", help="module:function, a context manager yielding a Reporter")
-    args = parser.parse_args(argv)
+    args = cli.parser(PROG, __doc__, "RLConfig").parse_args(argv)
 
+    from factory.experiments.registry import get_rl_experiment
     from factory.posttrain.rl import RLConfig, RLConfigError, check_rl_config
 
-    try:
-        if args.config_json:
-            config = RLConfig.model_validate_json(args.config_json)
-        else:
-            from factory.experiments.registry import get_rl_experiment
-
-            config = get_rl_experiment(args.experiment)
-        faults = settings.faults()
-        lake = open_lake(load_profile(args.deploy), home=args.home)
-        check_rl_config(config, lake)
-    except ValidationError as e:
-        print(f"factory.posttrain.rl: error: {validation_message(e)}", file=sys.stderr)
+    loaded = cli.load(args, PROG, RLConfig, get_rl_experiment, check_rl_config, (RLConfigError,))
+    if loaded is None:
         return 2
-    except (RLConfigError, ExperimentError, LakeError, KeyError, ValueError) as e:
-        print(f"factory.posttrain.rl: error: {e}", file=sys.stderr)
-        return 2
+    config, _, lake, faults = loaded
 
     from factory.posttrain.rl.loop import run_rl
     from factory.posttrain.rl.sync import SyncError

@@ -13,49 +13,24 @@ checkpointing (run it again to continue); anything else is a crash.
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from pydantic import ValidationError
-
-from factory import settings
-from factory.deploy import load_profile, open_lake
-from factory.experiments.spec import ExperimentError
-from factory.lake import LakeError
-from factory.overrides import validation_message
+from factory.posttrain import cli
 from factory.train.report import open_reporter
+
+PROG = "python -m factory.posttrain.sft"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m factory.posttrain.sft", description=__doc__.split("\n\n")[0])
-    which = parser.add_mutually_exclusive_group(required=True)
-    which.add_argument("--experiment", help="a function in configs/experiments returning an SFTConfig")
-    which.add_argument("--config-json", help="a validated SFTConfig as JSON")
-    parser.add_argument("--run-id", default="", help="Dagster run id, for lineage")
-    parser.add_argument("--home", help="FACTORY_HOME")
-    parser.add_argument("--deploy", help="deployment profile (default: the one handed down, else embedded)")
-    parser.add_argument("--reporter", help="module:function, a context manager yielding a Reporter")
-    args = parser.parse_args(argv)
+    args = cli.parser(PROG, __doc__, "SFTConfig").parse_args(argv)
 
+    from factory.experiments.registry import get_sft_experiment
     from factory.posttrain.sft import SFTConfig, SFTConfigError, check_sft_config
 
-    try:
-        if args.config_json:
-            config = SFTConfig.model_validate_json(args.config_json)
-        else:
-            from factory.experiments.registry import get_sft_experiment
-
-            config = get_sft_experiment(args.experiment)
-        faults = settings.faults()
-        profile = load_profile(args.deploy)
-        lake = open_lake(profile, home=args.home)
-        check_sft_config(config, lake)
-    except ValidationError as e:
-        print(f"factory.posttrain.sft: error: {validation_message(e)}", file=sys.stderr)
+    loaded = cli.load(args, PROG, SFTConfig, get_sft_experiment, check_sft_config, (SFTConfigError,))
+    if loaded is None:
         return 2
-    except (SFTConfigError, ExperimentError, LakeError, KeyError, ValueError) as e:
-        print(f"factory.posttrain.sft: error: {e}", file=sys.stderr)
-        return 2
+    config, profile, lake, faults = loaded
 
     from factory.posttrain.sft.run import run_sft
     from factory.train.preempt import PREEMPTED_EXIT, Preempted

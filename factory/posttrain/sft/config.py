@@ -60,11 +60,9 @@ class SFTConfig(BaseModel):
     @field_validator("eval_suite")
     @classmethod
     def _suite(cls, name: str) -> str:
-        from factory.experiments.spec import eval_suites
+        from factory.experiments.spec import check_eval_suite
 
-        if name not in eval_suites():
-            raise ValueError(f"unknown eval suite {name!r}; configs/evals.py defines {eval_suites()}")
-        return name
+        return check_eval_suite(name)
 
     @model_validator(mode="after")
     def _batches(self) -> "SFTConfig":
