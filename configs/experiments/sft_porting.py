@@ -20,7 +20,7 @@ def sft_porting() -> SFTConfig:
         start="ckpt/smoke@120",
         data="porting",
         steps=60,
-        optimizer=OptimizerConfig(lr=2e-3, weight_decay=0.0),
+        optimizer=OptimizerConfig(lr=3e-3, weight_decay=0.0),
         checkpoint=CheckpointConfig(every=20, keep_last=3),
         eval_every=60,
     )
