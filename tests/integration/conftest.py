@@ -7,8 +7,6 @@ a script it would otherwise inherit an ignored SIGINT) and stopped by PID."""
 
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -40,81 +38,13 @@ def factory_env(tmp_path):
     return env
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
-def free_port() -> int:
-    """A TCP port free on loopback right now."""
-    return _free_port()
-
-
-@pytest.fixture
-def free_ports():
-    """`free_ports()`: another TCP port free on loopback, for a test that needs several."""
-    return _free_port
-
-
-def _default_signals():
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
-@pytest.fixture
-def server(tmp_path):
-    """`server(name, argv, env, whole_group=False) -> Popen`: a long-running process in its own
-    session with default signal handlers, output in `tmp_path/<name>.log`; stopped at teardown with
-    SIGTERM (to its process group when `whole_group`), then SIGKILL to the group after 30 s."""
-    started: list[tuple[subprocess.Popen, bool, object]] = []
-
-    def start(name: str, argv: list[str], env: dict, whole_group: bool = False) -> subprocess.Popen:
-        log = open(tmp_path / f"{name}.log", "w")
-        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True, preexec_fn=_default_signals)
-        started.append((proc, whole_group, log))
-        return proc
-
-    yield start
-    for proc, whole_group, log in started:
-        (os.killpg if whole_group else os.kill)(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        log.close()
-
-
-def wait_until_up(probe, proc: subprocess.Popen, log: Path, timeout: float, what: str, errors=(Exception,)):
-    """`probe()`'s value once it stops raising `errors` (the server answers); fails with the log's tail
-    if `proc` exits first or `timeout` s pass."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return probe()
-        except errors:
-            tail = log.read_text()[-3000:]
-            assert proc.poll() is None, f"{what} exited {proc.returncode}:\n{tail}"
-            assert time.monotonic() < deadline, f"{what} did not answer in {timeout:.0f} s:\n{tail}"
-            time.sleep(1)
-
-
-@pytest.fixture
-def wait_up():
-    """`wait_up(probe, proc, log, timeout, what, errors=(Exception,))`: see `wait_until_up`."""
-    return wait_until_up
-
-
-@pytest.fixture
-def dagster_dev(factory_env, tmp_path, server):
-    port = _free_port()
+def dagster_dev(factory_env, tmp_path, server, free_ports, wait_up):
+    port = free_ports()
     proc = server("dagster-dev", [str(DAGSTER), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
                   factory_env)
     client = DagsterGraphQLClient("127.0.0.1", port_number=port)
-    wait_until_up(lambda: client._execute("{ version }"), proc, tmp_path / "dagster-dev.log", 120, "dagster dev")
+    wait_up(lambda: client._execute("{ version }"), proc, tmp_path / "dagster-dev.log", 120, "dagster dev")
     client.url = f"http://127.0.0.1:{port}"  # for factory.experiments.launcher.GraphQL
     return client
 

@@ -85,10 +85,7 @@ ELSEWHERE: list[tuple[str, str, str]] = [
     (r"-m factory\.posttrain\.rl\b", "tests/dagster/test_rl_asset.py::"
      "test_a_killed_rl_run_resumes_through_dagster_and_counts_no_rollout_twice",
      "trains (an RL run of minutes); the test runs the same entry point through the rl_run asset"),
-    (r"-m factory\.posttrain\.sft\b", "tests/integration/test_sft_serve.py::"
-     "test_sft_lowers_the_heldout_loss_and_the_export_chats",
-     "trains (an SFT run); the test runs the same entry point through the sft_run asset"),
-    (r"-m factory\.posttrain\.sft\b", "tests/integration/test_sft_serve.py::"
+    (r"-m factory\.posttrain\.sft\b", "tests/posttrain/test_sft_serve.py::"
      "test_sft_lowers_the_heldout_loss_and_the_export_chats",
      "trains (an SFT run); the test runs the same entry point through the sft_run asset"),
     (r"factory eval\s", "tests/evals/test_commands.py::test_eval_prints_the_check_and_the_scores_then_evals_lists_them",

@@ -3,7 +3,7 @@ shape (model, prompt, sampling, seed per prompt), the API key from the environme
 in config, retries on server errors recorded as attempts, and a missing key failing the run with
 its name. The server is a stand-in (http.server in a thread) — this is a narrow test of the HTTP
 client (tests/synth/test_generators.py covers what rejects a row and what fails the run); the
-real server (`factory serve`) is covered in tests/integration/test_serve.py. CPU."""
+real server (`factory serve`) is covered in tests/posttrain/test_sft_serve.py. CPU."""
 
 import json
 import threading

@@ -2,11 +2,13 @@
 materialized through Dagster Pipes, fine-tunes the session's smoke checkpoint (killed with SIGKILL after
 step 12, relaunched, resumed from step 10); the held-out loss of the task format falls; the checkpoints
 land in train.checkpoints with lineage to the examples, the chat tokenizer and the start, and the last one
-becomes the eval assets' partition (eval_every); the export's chat template is what `factory serve`'s
-/v1/chat/completions renders, and the served answer is what the transformers reference generates from
-the same ids (greedy).
+becomes the eval assets' partition (eval_every). `factory serve` (vLLM's OpenAI-compatible server on
+loopback, stopped by PID) serves the export under its id; a completion request returns what the
+transformers reference generates for the same ids, and /v1/chat/completions renders the export's chat
+template into the ids the model was trained on and answers what the reference generates from them
+(greedy).
 
-Slow tier (~2 min on 2 cores: two SFT processes, vLLM's server starting on CPU)."""
+Slow tier (~1.5-2 min on 2 cores: two SFT processes, vLLM's server starting on CPU)."""
 
 import json
 import os
@@ -42,6 +44,11 @@ def _materialize(lake, config: SFTConfig, instance: DagsterInstance):
                        resources={"lake": LakeResource(home=str(lake.home)), "tracker": TrackerResource(),
                                   "pipes_subprocess_client": PipesSubprocessClient(cwd=str(CHECKOUT))},
                        run_config={"ops": {"sft_run": {"config": {"config_json": config.model_dump_json()}}}})
+
+
+def _get(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return json.loads(response.read())
 
 
 def _post(url: str, body: dict) -> dict:
@@ -92,14 +99,23 @@ def test_sft_lowers_the_heldout_loss_and_the_export_chats(trained_checkpoints, m
     proc = server("serve", [str(FACTORY), "serve", export.export_id, "--home", str(lake.home), "--port",
                             str(free_port)], env, whole_group=True)
     base = f"http://127.0.0.1:{free_port}/v1"
-    wait_up(lambda: urllib.request.urlopen(f"{base}/models", timeout=5), proc, tmp_path / "serve.log", 240,
-            "factory serve", errors=OSError)
+    models = wait_up(lambda: _get(f"{base}/models"), proc, tmp_path / "serve.log", 240, "factory serve",
+                     errors=OSError)
+    assert [m["id"] for m in models["data"]] == [export.export_id]
+    assert "serving export/sft-chat@30" in (tmp_path / "serve.log").read_text()
+    reference = TransformersEngine(export, EngineConfig(kind="transformers"))
+
+    # plain completions: what the reference generates from the same ids
+    ids = reference.encode("def parse(text):\n    ")
+    want = reference.generate([ids], SamplingConfig(max_tokens=12))[0][0]
+    got = _post(f"{base}/completions", {"model": export.export_id, "prompt": ids, "max_tokens": 12, "temperature": 0})
+    assert got["choices"][0]["text"] == reference.decode(want.token_ids)
+    assert got["usage"]["prompt_tokens"] == len(ids)
 
     question = json.loads(lake.table("sft.examples").scan().to_arrow().to_pylist()[0]["messages"])[:1]
     got = _post(f"{base}/chat/completions", {"model": export.export_id, "messages": question, "max_tokens": 24,
                                               "temperature": 0})
     ids = encode_chat(load_tokenizer(str(export.path)), question, add_generation_prompt=True).ids
-    reference = TransformersEngine(export, EngineConfig(kind="transformers"))
     want = reference.generate([ids], SamplingConfig(max_tokens=24))[0][0]
     answer = got["choices"][0]["message"]
     assert got["usage"]["prompt_tokens"] == len(ids)
