@@ -6,15 +6,14 @@ import json
 
 from configs.synth import pipeline
 from factory.infer import EngineConfig, export_checkpoint, find_export, open_engine
-from factory.infer.export import latest_export
 from factory.synth import PipelineConfig, run_pipeline
 
 
 def test_rephrasing_runs_on_the_smoke_export(trained_checkpoints):
     lake = trained_checkpoints.lake
     export = export_checkpoint(lake, trained_checkpoints.checkpoint_ids[-1])
-    # other tests of the session export other checkpoints: "latest" is pinned to this one here
-    assert latest_export(lake).export_id in {"export/evalsmoke@4", "export/evalsmoke@8"}
+    # other tests of the session export other runs' checkpoints (SFT, RL) into this lake: "latest" is
+    # pinned to this one here, and the rows below must name it
 
     def engine_for(ref):
         return open_engine(export if ref == "latest" else find_export(lake, ref), EngineConfig())
