@@ -93,7 +93,7 @@ def export_id_of(checkpoint_id: str) -> str:
 def find_checkpoint(lake: Lake, checkpoint_id: str) -> TrainedCheckpoint:
     """The checkpoint `ckpt/<run>@<step>` (the `ckpt/` prefix may be left out), verified on disk."""
     from factory.tokenize import TokenizerError
-    from factory.tokenize.chat import tokenizer_artifact
+    from factory.tokenize.bpe import tokenizer_artifact
 
     wanted = checkpoint_id if checkpoint_id.startswith("ckpt/") else f"ckpt/{checkpoint_id}"
     rows = [r for r in ckpt.checkpoints(lake) if r["checkpoint_id"] == wanted]

@@ -229,6 +229,19 @@ def latest_tokenizer(lake: Lake, name: str) -> TokenizerArtifact:
     records = lake.lineage.records(kind="tokenizer", name=f"tokenizer/{name}")
     if not records:
         raise TokenizerError(f"no tokenizer named {name!r} in the lake: materialize the tokenizer asset first")
-    record = records[-1]
+    return artifact_of(records[-1])
+
+
+def tokenizer_artifact(lake: Lake, version_id: str) -> TokenizerArtifact:
+    """The tokenizer `tokenizer/<name>@<hash>`, from its lineage row."""
+    records = lake.lineage.records(version_id=version_id)
+    if not records or records[-1].kind != "tokenizer":
+        raise TokenizerError(f"{version_id}: no such tokenizer in the lake's lineage")
+    return artifact_of(records[-1])
+
+
+def artifact_of(record) -> TokenizerArtifact:
+    """A tokenizer lineage row as the artifact it records."""
+    name = record.version_id.removeprefix("tokenizer/").split("@")[0]
     path = str(uri_to_path(record.uri)) if record.uri else ""
     return TokenizerArtifact(name=name, version_id=record.version_id, path=path, **record.metadata)

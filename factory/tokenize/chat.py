@@ -18,13 +18,12 @@ The loss mask (`encode_chat(...).mask`) covers each assistant message's content 
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import dataclass
 
-from factory.home import artifacts_dir, uri_to_path
+from factory.home import artifacts_dir
 from factory.lake import Lake
 from factory.lake.lineage import LineageRecord
-from factory.tokenize.bpe import SPECIAL_TOKENS, TokenizerArtifact, load_tokenizer
+from factory.tokenize.bpe import SPECIAL_TOKENS, TokenizerArtifact, _save, load_tokenizer, tokenizer_artifact
 from factory.version import canonical_json, code_version, env_lock_hash
 
 ROLES = {"system": "<|system|>", "user": "<|user|>", "assistant": "<|assistant|>"}
@@ -98,16 +97,7 @@ def chat_tokenizer(lake: Lake, base: TokenizerArtifact | str, *, run_id: str = "
         "name": name, "version_id": f"tokenizer/{name}@{digest[:12]}", "path": str(directory), "content_hash": digest,
         "vocab_size": tokenizer.get_vocab_size(),
         "special_ids": {**base.special_ids, **{role: tokenizer.token_to_id(t) for role, t in ROLES.items()}}})
-    if not (directory / "tokenizer.json").exists():
-        directory.parent.mkdir(parents=True, exist_ok=True)
-        tmp = directory.parent / f".{directory.name}.tmp-{os.getpid()}"
-        tmp.mkdir(exist_ok=True)
-        (tmp / "tokenizer.json").write_bytes(blob)
-        try:
-            tmp.rename(directory)
-        except OSError:
-            if not (directory / "tokenizer.json").exists():
-                raise
+    _save(directory, blob, artifact)
     if not lake.lineage.records(version_id=artifact.version_id):
         lake.lineage.record(LineageRecord(
             version_id=artifact.version_id, kind="tokenizer", name=f"tokenizer/{name}", uri=directory.as_uri(),
@@ -116,15 +106,3 @@ def chat_tokenizer(lake: Lake, base: TokenizerArtifact | str, *, run_id: str = "
             run_id=run_id, metadata_json=canonical_json(artifact.model_dump(exclude={"path", "name", "version_id"})),
         ))
     return artifact
-
-
-def tokenizer_artifact(lake: Lake, version_id: str) -> TokenizerArtifact:
-    """The tokenizer `tokenizer/<name>@<hash>`, from its lineage row."""
-    from factory.tokenize.bpe import TokenizerError
-
-    records = lake.lineage.records(version_id=version_id)
-    if not records or records[-1].kind != "tokenizer":
-        raise TokenizerError(f"{version_id}: no such tokenizer in the lake's lineage")
-    record = records[-1]
-    name = version_id.removeprefix("tokenizer/").split("@")[0]
-    return TokenizerArtifact(name=name, version_id=version_id, path=str(uri_to_path(record.uri)), **record.metadata)
