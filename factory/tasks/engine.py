@@ -48,7 +48,7 @@ import ray
 from factory.lake import Lake
 from factory.tasks.engine_model import (CRASHED, TIMEOUT, AttemptRequest, AttemptResult, EngineConfig,
                                         attempt_key, candidate_hash)
-from factory.tasks.engine_ray import ray_processes, start_ray
+from factory.tasks.engine_ray import ray_processes, start_ray, stop_ray
 from factory.tasks.engine_store import commit_results, recorded
 from factory.tasks.engine_worker import Ledger, ScoreWork, serve_remote
 
@@ -98,7 +98,7 @@ class TaskEngine:
             self._ledger = Ledger.remote()
         except BaseException:  # e.g. an unpicklable work function: do not leave our instance running
             if self._owns_ray:
-                ray.shutdown()
+                stop_ray()
             raise
         self._sign = -1 if config.priority_order == "higher_first" else 1
         self._requests: queue.Queue = queue.Queue()
@@ -183,7 +183,7 @@ class TaskEngine:
         if ray.is_initialized():
             ray.kill(self._ledger)
             if self._owns_ray:
-                ray.shutdown()
+                stop_ray()
 
     # -- dispatcher thread -------------------------------------------------------------------------
     def _guard(self, loop) -> None:

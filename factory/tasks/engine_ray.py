@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import time
 
 import ray
 
@@ -75,6 +76,44 @@ def ray_processes() -> list[int]:
             with contextlib.suppress(psutil.NoSuchProcess):
                 pids.update(p.pid for p in psutil.Process(info.process.pid).children(recursive=True))
     return sorted(pids)
+
+
+def stop_ray(grace_s: float = 10.0) -> list[int]:
+    """`ray.shutdown()`, then wait up to `grace_s` for this instance's processes to exit and SIGKILL
+    any left; returns the PIDs that had to be killed. `ray.shutdown` signals its processes and
+    returns without waiting, so a worker or agent can outlive it by a second or more on a busy host."""
+    import psutil
+
+    procs = []
+    for pid in ray_processes():
+        with contextlib.suppress(psutil.NoSuchProcess):
+            procs.append(psutil.Process(pid))
+    ray.shutdown()
+    alive = _wait_gone(procs, grace_s)
+    for proc in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
+    if alive:
+        _wait_gone(alive, grace_s)
+        logging.getLogger(__name__).warning("killed %d Ray processes still alive %.0f s after ray.shutdown: %s",
+                                            len(alive), grace_s, [p.pid for p in alive])
+    return [p.pid for p in alive]
+
+
+def _wait_gone(procs: list, timeout_s: float) -> list:
+    """The ones of `procs` still running after `timeout_s` (a zombie counts as gone: it only awaits its reaper)."""
+    import psutil
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        alive = []
+        for proc in procs:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(proc)
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.1)
 
 
 def memory_mb(pids: list[int]) -> float:

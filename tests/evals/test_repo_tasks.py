@@ -19,7 +19,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-import ray
 
 from configs.evals import suite
 from factory.envs.build import build_repos
@@ -36,7 +35,7 @@ from factory.lake import Lake
 from factory.sandbox import Sandbox
 from factory.tasks.derive import derive_task_set
 from factory.tasks.engine import EngineConfig
-from factory.tasks.engine_ray import start_ray
+from factory.tasks.engine_ray import start_ray, stop_ray
 from factory.tasks.model import DeriveConfig
 from factory.tasks.store import task_set_version, write_task_set
 
@@ -151,7 +150,7 @@ def local_ray():
     owned = start_ray(EngineConfig(workers=2))
     yield
     if owned:
-        ray.shutdown()
+        stop_ray()
 
 
 def context(lake: Lake, model: StubModel) -> TaskContext:
