@@ -195,6 +195,16 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.set_defaults(run=_lazy("factory.evals.commands", "serve"))
+    podium = commands.add_parser("podium", parents=[home], help="the Podium web app: chat with exports, battles, "
+                                                               "votes, leaderboard, dataset browser")
+    podium.add_argument("--host", help="address to bind (default 127.0.0.1)")
+    podium.add_argument("--port", type=int, help="port (default 8100)")
+    podium.add_argument("--auth", choices=("tokens", "header"), help="users from a token list (default) or a proxy header")
+    podium.add_argument("--tokens-file", help="JSON {token: user} (default FACTORY_HOME/podium/tokens.json)")
+    podium.add_argument("--backend", choices=("profile", "local", "openai"), help="inference: in-process or the "
+                                                                              "profile's vLLM endpoint")
+    podium.add_argument("--pairing", choices=("random", "leader"), help="battle pairs (default random)")
+    podium.set_defaults(run=_lazy("factory.podium.commands", "podium"))
     _experiment_commands(commands, home)
     _deploy_commands(commands, home)
     metrics = commands.add_parser("metrics", parents=[home], help="factory-health metrics for Prometheus: serve")

@@ -113,6 +113,13 @@ rl_job = define_asset_job(
           "dagster/max_retries": str(RETRIES)},
 )
 
-jobs = [ingest_job, dedup_job, tokenize_job, mix_job, train_job, eval_job, synth_job, sweep_job, automix_job, demo_job, envs_build_job, sft_job, rl_job]
+podium_job = define_asset_job(
+    "podium_job",
+    selection=AssetSelection.assets(AssetKey(["podium", "leaderboard"])),
+    description="The Podium leaderboard and podium.preferences from the current podium.votes snapshot.",
+)
+
+jobs = [ingest_job, dedup_job, tokenize_job, mix_job, train_job, eval_job, synth_job, sweep_job, automix_job, demo_job, envs_build_job, sft_job, rl_job,
+        podium_job]
 
 __all__ = ["EVAL_PRIORITY", "automix_job", "dedup_job", "demo_job", "envs_build_job", "eval_job", "ingest_job", "jobs", "mix_job", "rl_job", "sft_job", "sweep_job", "synth_job", "tokenize_job", "train_job"]

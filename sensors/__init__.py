@@ -1,6 +1,6 @@
-"""Sensors and schedules: experiment files→training, checkpoint→eval, synthetic→mix, one schedule
-per sweep in configs/sweeps (read when the definitions load: reload the code location in the UI
-after adding a sweep file), the nightly raw refresh."""
+"""Sensors and schedules: experiment files→training, checkpoint→eval, synthetic→mix,
+votes→leaderboard, one schedule per sweep in configs/sweeps (read when the definitions load: reload
+the code location in the UI after adding a sweep file), the nightly raw refresh."""
 
 from dagster import DefaultScheduleStatus, ScheduleDefinition
 
@@ -8,6 +8,7 @@ from factory.experiments.registry import discover_sweeps
 from jobs import ingest_job
 from sensors.evals import checkpoint_eval_sensor
 from sensors.experiments import experiment_sensor, sweep_schedule
+from sensors.podium import podium_votes_sensor
 from sensors.synth import synthetic_mix_sensor
 
 raw_refresh_schedule = ScheduleDefinition(
@@ -19,7 +20,7 @@ raw_refresh_schedule = ScheduleDefinition(
 )
 
 schedules = [raw_refresh_schedule, *(sweep_schedule(f.config) for _, f in sorted(discover_sweeps().found.items()))]
-sensors = [experiment_sensor, checkpoint_eval_sensor, synthetic_mix_sensor]
+sensors = [experiment_sensor, checkpoint_eval_sensor, synthetic_mix_sensor, podium_votes_sensor]
 
-__all__ = ["checkpoint_eval_sensor", "experiment_sensor", "raw_refresh_schedule", "schedules", "sensors",
+__all__ = ["checkpoint_eval_sensor", "experiment_sensor", "podium_votes_sensor", "raw_refresh_schedule", "schedules", "sensors",
            "sweep_schedule", "synthetic_mix_sensor"]

@@ -364,3 +364,56 @@ SFT_EXAMPLES = Schema(
     NestedField(11, "verdicts", StringType(), required=True, doc="JSON: validator -> passed, of the synthetic row"),
     NestedField(12, "created_at", TimestamptzType(), required=True),
 )
+
+# Podium (factory.podium): every generation people saw, append-only. A chat turn is one row (its
+# conversation so far in `messages`); a battle is two rows, sides A and B, under one battle_id.
+PODIUM_CONVERSATIONS = Schema(
+    NestedField(1, "conversation_id", StringType(), required=True, doc="chat: one per conversation; battle: its id"),
+    NestedField(2, "turn", IntegerType(), required=True, doc="0-based turn of the conversation"),
+    NestedField(3, "kind", StringType(), required=True, doc="chat or battle"),
+    NestedField(4, "side", StringType(), required=True, doc="battle: A or B; chat: ''"),
+    NestedField(5, "user", StringType(), required=True),
+    NestedField(6, "export_id", StringType(), required=True, doc="export/<run>@<step> (a lineage version id)"),
+    NestedField(7, "export_sha256", StringType(), required=True, doc="content hash of the export's files"),
+    NestedField(8, "checkpoint_id", StringType(), required=True),
+    NestedField(9, "mode", StringType(), required=True, doc="chat (the export's chat template) or completion"),
+    NestedField(10, "messages", StringType(), required=True, doc="JSON: the conversation sent, [{role, content}]"),
+    NestedField(11, "prompt", StringType(), required=True, doc="the last user turn"),
+    NestedField(12, "response", StringType(), required=True),
+    NestedField(13, "finish_reason", StringType(), required=True, doc="stop, length or error"),
+    NestedField(14, "sampling", StringType(), required=True, doc="JSON: temperature, top_p, max_tokens, seed"),
+    NestedField(15, "backend", StringType(), required=True, doc="inference: local (in-process) or an endpoint URL"),
+    NestedField(16, "first_token_ms", DoubleType(), required=False),
+    NestedField(17, "tokens", IntegerType(), required=True, doc="tokens generated"),
+    NestedField(18, "created_at", TimestamptzType(), required=True),
+)
+
+# One row per vote on a battle; a battle gets at most one (Podium refuses a second).
+PODIUM_VOTES = Schema(
+    NestedField(1, "battle_id", StringType(), required=True),
+    NestedField(2, "user", StringType(), required=True),
+    NestedField(3, "vote", StringType(), required=True, doc="a, b, tie or bothbad"),
+    NestedField(4, "export_a", StringType(), required=True),
+    NestedField(5, "export_b", StringType(), required=True),
+    NestedField(6, "checkpoint_a", StringType(), required=True),
+    NestedField(7, "checkpoint_b", StringType(), required=True),
+    NestedField(8, "prompt", StringType(), required=True),
+    NestedField(9, "response_a", StringType(), required=True),
+    NestedField(10, "response_b", StringType(), required=True),
+    NestedField(11, "sampling", StringType(), required=True, doc="JSON: the sampling both sides used"),
+    NestedField(12, "created_at", TimestamptzType(), required=True),
+)
+
+# Votes with a winner as chosen/rejected pairs (ties and both-bad carry no preference), rebuilt from
+# one podium.votes snapshot: what a preference or SFT data config reads.
+PODIUM_PREFERENCES = Schema(
+    NestedField(1, "battle_id", StringType(), required=True),
+    NestedField(2, "user", StringType(), required=True),
+    NestedField(3, "prompt", StringType(), required=True),
+    NestedField(4, "chosen", StringType(), required=True),
+    NestedField(5, "rejected", StringType(), required=True),
+    NestedField(6, "chosen_export", StringType(), required=True),
+    NestedField(7, "rejected_export", StringType(), required=True),
+    NestedField(8, "votes_snapshot", LongType(), required=True, doc="the podium.votes snapshot it was built from"),
+    NestedField(9, "created_at", TimestamptzType(), required=True),
+)
