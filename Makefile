@@ -1,6 +1,7 @@
 # Two commands on a fresh machine: `make demo` (the main job end to end) and `make test` (all tests).
 # Both run `setup` first, which is idempotent: apt only when a system tool is missing (the JDK,
-# bubblewrap, PostgreSQL, Prometheus, buildah/podman for the image test), pip only when
+# bubblewrap, PostgreSQL, Prometheus, buildah/podman for the image test, Chromium and chromedriver for
+# Podium's browser test), pip only when
 # pyproject.toml changed since the last install.
 SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
@@ -19,7 +20,7 @@ export PYTHONUNBUFFERED := 1
 # 127.0.0.1 only); a real profile names its own variables, set by whoever deploys it.
 export FACTORY_DAGSTER_PG_PASSWORD ?= factory-loopback-secret
 
-.PHONY: setup system instance demo test ui mlflow doctor image clean cluster-up cluster-down
+.PHONY: setup system instance demo test ui podium mlflow doctor image clean cluster-up cluster-down
 
 # The local package mirror repository builds resolve against in `make demo` and the tests (no network
 # there): the demo repository set's sdists, their wheels, pytest and the build backends.
@@ -31,11 +32,11 @@ system:
 	@if ! command -v java >/dev/null || ! command -v bwrap >/dev/null || ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
 	    || ! /sbin/ldconfig -p | grep -q libseccomp.so.2 || ! command -v prometheus >/dev/null \
 	    || ! command -v buildah >/dev/null || ! command -v podman >/dev/null || ! command -v runc >/dev/null \
-	    || ! command -v debootstrap >/dev/null; then \
-	  echo "== installing a JDK, bubblewrap, libseccomp, PostgreSQL, Prometheus and the image tools with apt"; \
+	    || ! command -v debootstrap >/dev/null || ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \
+	  echo "== installing a JDK, bubblewrap, libseccomp, PostgreSQL, Prometheus, the image tools and Chromium with apt"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
 	    openjdk-17-jre-headless bubblewrap libseccomp2 postgresql prometheus \
-	    buildah podman runc debootstrap >/dev/null; \
+	    buildah podman runc debootstrap chromium chromium-driver >/dev/null; \
 	fi
 
 $(VENV)/.installed: pyproject.toml $(wildcard wheels/*.whl)
@@ -105,6 +106,12 @@ ui: setup
 	@echo "== Dagster UI at http://127.0.0.1:$(DAGSTER_PORT) (Ctrl-C stops it and everything it started)"
 	@FACTORY_METRICS=$${FACTORY_METRICS-1} $(BIN)/python -m factory.deploy.session --metrics-port $(METRICS_PORT) \
 	  --prometheus-port $(PROMETHEUS_PORT) -- $(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p $(DAGSTER_PORT)
+
+# Podium, the vibe-check web app, on the lake of the active profile: it prints a sign-in link per user of
+# FACTORY_HOME/podium/tokens.json (made with one user, `local`, at first start).
+PODIUM_PORT ?= 8100
+podium: setup
+	$(BIN)/factory podium --port $(PODIUM_PORT)
 
 # The tracker's UI over the embedded MLflow store (loss curves, params, the card artifacts of every
 # run); a profile with tracker.mlflow_tracking_uri has its own server to open instead.

@@ -8,6 +8,7 @@ read) and puts the leaderboard in its metadata as a table.
 from dagster import AssetExecutionContext, MaterializeResult, asset
 
 from assets._metadata import display, table
+from factory.deploy.kube.placement import op_tags
 from factory.podium.ratings import leaderboard
 from factory.podium.store import VOTES, build_preferences, read_votes
 from resources.lake import LakeResource
@@ -15,7 +16,8 @@ from resources.lake import LakeResource
 
 @asset(key=["podium", "leaderboard"], group_name="podium", kinds={"iceberg"},
        description="Bradley–Terry scores of the exports from Podium's battle votes (bootstrap 95 % intervals), and "
-                   "podium.preferences rebuilt from the same votes snapshot.")
+                   "podium.preferences rebuilt from the same votes snapshot.",
+       op_tags=op_tags("mix"))  # a small CPU job: the mix kind's pool and limits
 def podium_leaderboard(context: AssetExecutionContext, lake: LakeResource) -> MaterializeResult:
     lake = lake.lake()
     snapshot = lake.current_snapshot_id(VOTES) if lake.has_table(VOTES) else None

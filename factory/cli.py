@@ -200,6 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     podium.add_argument("--host", help="address to bind (default 127.0.0.1)")
     podium.add_argument("--port", type=int, help="port (default 8100)")
     podium.add_argument("--auth", choices=("tokens", "header"), help="users from a token list (default) or a proxy header")
+    podium.add_argument("--user-header", help="--auth header: the header naming the user (default X-Forwarded-User)")
     podium.add_argument("--tokens-file", help="JSON {token: user} (default FACTORY_HOME/podium/tokens.json)")
     podium.add_argument("--backend", choices=("profile", "local", "openai"), help="inference: in-process or the "
                                                                               "profile's vLLM endpoint")

@@ -354,6 +354,9 @@ class KubernetesProfile(_Frozen):
     priority_classes: list[PriorityClassSpec] = Field(description="Installed PriorityClasses, highest first.")
     kinds: dict[AssetKind, PodShape] = Field(description="The kind table: every asset kind's pool, resources, priority.")
     serving: ServingProfile | None = Field(None, description="The vLLM Deployment; None = no shared server.")
+    podium_user_header: str | None = Field(
+        "X-Forwarded-User", description="Podium's Deployment (06-podium): one replica of `factory podium` behind the "
+                                        "cluster's auth proxy, which must set this header to the user; None = none.")
     metrics: bool = Field(True, description="Factory-health metrics: every factory pod runs with FACTORY_METRICS=1 "
                                             "and a native-sidecar exporter (port `metrics`, scrape annotations), and "
                                             "the render adds 05-monitoring (run-queue exporter, PrometheusRule, "

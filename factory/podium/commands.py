@@ -16,6 +16,7 @@ def cmd_podium(args, out: Console) -> int:
     from factory.podium.config import PodiumConfig, load_tokens
 
     fields = {k: v for k, v in {"host": args.host, "port": args.port, "auth": args.auth, "tokens_file": args.tokens_file,
+                                "user_header": args.user_header,
                                 "backend": args.backend, "pairing": args.pairing}.items() if v is not None}
     try:
         config = PodiumConfig(**fields)

@@ -228,3 +228,15 @@ def test_deploy_check_asks_the_kubernetes_api_for_the_namespaces_pods(profile, t
         server.shutdown()
     assert passed.ok, passed.detail
     assert asked and asked[0].startswith("/api/v1/namespaces/factory/pods")
+
+
+def test_podium_runs_as_one_replica_behind_the_auth_proxy_header(rendered, profile):
+    objects = _objects(rendered)
+    deployment, service = objects["Deployment/podium"], objects["Service/podium"]
+    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"] == {"type": "Recreate"}
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"][:2] == ["factory", "podium"] and container["command"][-4:] == ["--auth", "header", "--user-header", "X-Forwarded-User"]
+    assert {"name": "FACTORY_HOME", "value": profile.kubernetes.home_path} in container["env"]
+    assert service["spec"]["ports"][0]["targetPort"] == "http"
+    off = profile.model_copy(update={"kubernetes": profile.kubernetes.model_copy(update={"podium_user_header": None})})
+    assert "06-podium" not in cluster_manifests(off)

@@ -6,7 +6,8 @@ becomes the eval assets' partition (eval_every). `factory serve` (vLLM's OpenAI-
 loopback, stopped by PID) serves the export under its id; a completion request returns what the
 transformers reference generates for the same ids, and /v1/chat/completions renders the export's chat
 template into the ids the model was trained on and answers what the reference generates from them
-(greedy).
+(greedy). Podium's two inference backends (the vLLM endpoint with `stream: true`, and in-process)
+stream that same answer piece by piece.
 
 Slow tier (~1.5-2 min on 2 cores: two SFT processes, vLLM's server starting on CPU)."""
 
@@ -121,3 +122,13 @@ def test_sft_lowers_the_heldout_loss_and_the_export_chats(trained_checkpoints, m
     assert got["usage"]["prompt_tokens"] == len(ids)
     assert answer["role"] == "assistant" and answer["content"] == reference.decode(want.token_ids)
     assert answer["content"].startswith("import re")  # the programs' first line: it learned the answer format
+
+    # Podium's backends, the vLLM endpoint and in-process, stream that same answer in the chat format
+    from factory.podium.inference import Generation, LocalBackend, OpenAIBackend, Sampling
+
+    for backend in (OpenAIBackend(EngineConfig(kind="openai", endpoint=base)), LocalBackend()):
+        gen = Generation("", 0)
+        pieces = list(backend.stream(export, question, Sampling(temperature=0.0, max_tokens=24), gen))
+        assert gen.mode == "chat" and gen.prompt_tokens == len(ids), backend.name
+        assert len(pieces) > 1 and "".join(pieces) == gen.text == answer["content"], backend.name
+        assert gen.first_token_s is not None and gen.tokens == len(want.token_ids), backend.name

@@ -18,7 +18,9 @@ Dagster's chart (helm.py) installs Dagster; these are what the factory adds arou
 - Kueue, when `kueue_queue` is set: the LocalQueue the Jobs name, and example ResourceFlavors
   (one per node pool) and a ClusterQueue sized by the cluster admin;
 - monitoring, when `metrics` is on (monitoring.py): the run-queue exporter, the alert rules as a
-  PrometheusRule, PodMonitors, the Grafana dashboard ConfigMap.
+  PrometheusRule, PodMonitors, the Grafana dashboard ConfigMap;
+- Podium (`factory podium`), when `podium_user_header` is set: one replica and its Service, users
+  named by the auth proxy's header.
 """
 
 from __future__ import annotations
@@ -220,8 +222,47 @@ def kueue(profile: DeployConfig) -> list[dict]:
     return flavors + [cluster_queue, local]
 
 
+PODIUM, PODIUM_PORT = "podium", 8100
+
+
+def podium(profile: DeployConfig) -> list[dict]:
+    """Podium's Deployment and Service: one replica (the app checks votes against its own memory of
+    the tables, so two replicas could each accept a vote on one battle), replaced with Recreate, on
+    the home volume (exports) and the profile's lake; users come from the auth proxy's header."""
+    k8s = require_kubernetes(profile)
+    if k8s.podium_user_header is None:
+        return []
+    if not k8s.home_claim:
+        raise DeployError("kubernetes.podium_user_header: Podium reads exports from the home volume, but "
+                          "kubernetes.home_claim is None")
+    labels = {"app.kubernetes.io/name": PODIUM, "app.kubernetes.io/part-of": APP}
+    probe = {"httpGet": {"path": "/static/podium.css", "port": "http"}, "periodSeconds": 10}
+    container = {
+        "name": PODIUM, "image": k8s.image, "imagePullPolicy": k8s.image_pull_policy,
+        "command": ["factory", "podium", "--host", "0.0.0.0", "--port", str(PODIUM_PORT), "--auth", "header",
+                    "--user-header", k8s.podium_user_header],
+        "ports": [{"name": "http", "containerPort": PODIUM_PORT}],
+        "env": [{"name": k, "value": v} for k, v in named_profile_env(profile).items()]
+               + [{"name": "FACTORY_HOME", "value": k8s.home_path}],
+        "resources": {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"memory": "8Gi"}},
+        "readinessProbe": probe | {"initialDelaySeconds": 10}, "livenessProbe": probe | {"initialDelaySeconds": 60},
+        "volumeMounts": [{"name": "home", "mountPath": k8s.home_path}],
+    }
+    if k8s.env_secret:
+        container["envFrom"] = [{"secretRef": {"name": k8s.env_secret}}]
+    pod = {"serviceAccountName": k8s.service_account, "containers": [container],
+           "volumes": [{"name": "home", "persistentVolumeClaim": {"claimName": k8s.home_claim}}]}
+    return [
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": _meta(PODIUM, k8s.namespace),
+         "spec": {"replicas": 1, "strategy": {"type": "Recreate"}, "selector": {"matchLabels": labels},
+                  "template": {"metadata": {"labels": labels}, "spec": pod}}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": _meta(PODIUM, k8s.namespace),
+         "spec": {"selector": labels, "ports": [{"name": "http", "port": PODIUM_PORT, "targetPort": "http"}]}},
+    ]
+
+
 GROUPS = {"00-access": access, "01-priority-classes": priority_classes, "02-secrets": secret_templates,
-          "03-kueue": kueue, "04-serving": serving, "05-monitoring": monitoring_objects}
+          "03-kueue": kueue, "04-serving": serving, "05-monitoring": monitoring_objects, "06-podium": podium}
 
 
 def cluster_manifests(profile: DeployConfig) -> dict[str, list[dict]]:
