@@ -178,7 +178,8 @@ class OpenAIBackend:
         ids, mode = prompt_ids(engine.tokenizer, messages, engine.max_len, room)
         gen = out if out is not None else Generation(mode, len(ids))
         gen.mode, gen.prompt_tokens = mode, len(ids)
-        body = {"model": engine.model, **NEUTRAL, "prompt": ids, "max_tokens": max(1, min(room, engine.max_len - len(ids))),
+        new = max(1, min(room, engine.max_len - len(ids)))
+        body = {"model": engine.model, **NEUTRAL, "prompt": ids, "max_tokens": new,
                 "temperature": sampling.temperature, "top_p": sampling.top_p, "seed": sampling.seed, "stream": True,
                 "stream_options": {"include_usage": True}}
         url = f"{engine.base}/completions"

@@ -2,7 +2,8 @@
 
 The model: P(i beats j) = 1 / (1 + 10^((r_j - r_i) / 400)). Fitting it is a logistic regression
 without intercept on one row per vote, +1 in i's column and -1 in j's (the coefficients, in natural
-log-odds, times 400 / ln 10 are Elo-like points), which is how Chatbot Arena fits it too: scikit-learn's `LogisticRegression` (lbfgs) does the optimisation. A tie or a
+log-odds, times 400 / ln 10 are Elo-like points), which is how Chatbot Arena fits it too:
+scikit-learn's `LogisticRegression` (lbfgs) does the optimisation. A tie or a
 both-bad vote is half a win for each side (two rows of weight 1/2). A weak L2 penalty on the
 log-odds (`C`) keeps an export that has only won finite; with hundreds of votes its pull is far
 below the intervals.

@@ -88,6 +88,9 @@ ELSEWHERE: list[tuple[str, str, str]] = [
     (r"-m factory\.posttrain\.sft\b", "tests/posttrain/test_sft_serve.py::"
      "test_sft_lowers_the_heldout_loss_and_the_export_chats",
      "trains (an SFT run); the test runs the same entry point through the sft_run asset"),
+    (r"factory podium\b",
+     "tests/podium/test_podium_command.py::test_factory_podium_serves_on_loopback_and_signs_in_by_link",
+     "a web server (until stopped); that test starts it on loopback and signs in by its printed link"),
     (r"factory eval\s", "tests/evals/test_commands.py::test_eval_prints_the_check_and_the_scores_then_evals_lists_them",
      "evaluates with vLLM (minutes on CPU); `factory evals` here reads what the demo scored"),
 ]
@@ -98,6 +101,8 @@ MAKE_DRY_RUN: dict[str, tuple[str, str | None]] = {
     "ui": ("dagster dev", "tests/integration/test_make_ui.py::"
                           "test_stopping_make_ui_stops_the_webserver_daemon_code_server_and_run_workers"),
     "mlflow": ("mlflow ui", None),
+    "podium": ("factory podium", "tests/podium/test_podium_command.py::"
+                                 "test_factory_podium_serves_on_loopback_and_signs_in_by_link"),
     "cluster-up": ("factory deploy up", "tests/deploy/test_deploy_up.py::"
                                         "test_up_records_pids_the_probes_pass_and_down_stops_them"),
     "cluster-down": ("factory deploy down", "tests/deploy/test_deploy_up.py::"

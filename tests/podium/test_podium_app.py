@@ -8,8 +8,10 @@ import threading
 import pytest
 from dagster import DagsterInstance, RunRequest, SkipReason, build_sensor_context, materialize
 from fastapi.testclient import TestClient
+from pyiceberg.expressions import EqualTo
 
 from factory.podium.app import create_app
+from factory.posttrain.sft.data import build_examples
 from factory.podium.store import CONVERSATIONS, PREFERENCES, VOTES
 from resources.lake import LakeResource
 
@@ -168,6 +170,15 @@ def test_the_leaderboard_asset_and_sensor_rebuild_preferences_with_lineage_to_bo
     ids = set(reached(tree))
     assert f"{VOTES}@{snapshot}" in ids
     assert {"export/evalsmoke@4", "export/evalsmoke@8", "ckpt/evalsmoke@4", "ckpt/evalsmoke@8"} <= ids
+    # an SFT data config reads them: dataset `podium` (the chosen answers, each with its battle and voter)
+    examples = build_examples(podium_lake, "podium")
+    got = podium_lake.table("sft.examples").scan(row_filter=EqualTo("dataset", "podium")).to_arrow().to_pylist()
+    by_battle = {p["battle_id"]: p for p in preferences}
+    assert examples.rows == len(got) > 0 and examples.version_id.startswith("sft.examples@")
+    for row in got:
+        pair = by_battle[row["source_id"]]
+        assert (row["prompt"], row["response"]) == (pair["prompt"], pair["chosen"])
+        assert row["agent_chain"] == [pair["chosen_export"]] and row["source_table"] == PREFERENCES
     # an unchanged votes snapshot rebuilds nothing
     again = materialize([podium_leaderboard], resources=resources, instance=instance)
     assert again.asset_materializations_for_node("podium__leaderboard")[0].metadata["preferences"].value == version

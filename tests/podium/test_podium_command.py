@@ -16,7 +16,8 @@ def test_factory_podium_serves_on_loopback_and_signs_in_by_link(podium_lake, ser
     tokens.write_text(json.dumps({"tok-dora": "dora"}))
     log = tmp_path / "podium.log"
     proc = server("podium", [str(FACTORY), "podium", "--home", str(podium_lake.home), "--port", str(free_port),
-                             "--tokens-file", str(tokens), "--backend", "local"], {**os.environ, "FACTORY_HOME": str(podium_lake.home)})
+                             "--tokens-file", str(tokens), "--backend", "local"],
+                  {**os.environ, "FACTORY_HOME": str(podium_lake.home)})
     url = f"http://127.0.0.1:{free_port}"
 
     def up():

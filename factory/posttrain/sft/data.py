@@ -2,7 +2,8 @@
 
 **Examples** (`sft.examples`): a dataset turns each row of its source table into a conversation.
 `porting` asks for a program that solves a word problem and answers with the program the synthetic
-pipeline generated and the sandbox checked (it computes the stated answer). Every example keeps its
+pipeline generated and the sandbox checked (it computes the stated answer). `podium` answers each
+decisive Podium battle's prompt with the response its voter chose (`podium.preferences`). Every example keeps its
 provenance: source table and snapshot, the synthetic row's id, seed, agent chain and verdicts.
 `build_examples` rebuilds a dataset from the source's current snapshot in one overwrite commit with its
 lineage row (upstream: that snapshot), and does nothing when the dataset was already built from it;
@@ -45,6 +46,7 @@ EXAMPLES_TABLE = "sft.examples"
 class Dataset:
     source: str  # the table its examples come from
     to_messages: Callable[[dict], list[dict]]  # a source row -> the conversation
+    provenance: Callable[[dict], dict]  # a source row -> source_id, seed_id, agent_chain, verdicts
 
 
 def _porting_messages(row: dict) -> list[dict]:
@@ -54,7 +56,24 @@ def _porting_messages(row: dict) -> list[dict]:
             {"role": "assistant", "content": row["text"]}]
 
 
-DATASETS: dict[str, Dataset] = {"porting": Dataset("synthetic.porting", _porting_messages)}
+def _synthetic_provenance(row: dict) -> dict:
+    return {"source_id": row["doc_id"], "seed_id": row["seed_id"], "agent_chain": row["agent_chain"],
+            "verdicts": row["verdicts"]}
+
+
+def _podium_messages(row: dict) -> list[dict]:
+    return [{"role": "user", "content": row["prompt"]}, {"role": "assistant", "content": row["chosen"]}]
+
+
+def _podium_provenance(row: dict) -> dict:
+    return {"source_id": row["battle_id"], "seed_id": "", "agent_chain": [row["chosen_export"]],
+            "verdicts": json.dumps({"user": row["user"], "chosen_over": row["rejected_export"]}, sort_keys=True)}
+
+
+# `podium`: the answers people chose in Podium's battles (podium.preferences), each with its battle,
+# its voter and the export it beat.
+DATASETS: dict[str, Dataset] = {"porting": Dataset("synthetic.porting", _porting_messages, _synthetic_provenance),
+                                "podium": Dataset("podium.preferences", _podium_messages, _podium_provenance)}
 
 
 @dataclass(frozen=True)
@@ -88,8 +107,7 @@ def build_examples(lake: Lake, dataset: str, *, run_id: str = "", asset_key: str
         seen.add(example_id)
         rows.append({"dataset": dataset, "example_id": example_id, "messages": json.dumps(messages), "prompt": prompt,
                      "response": response, "source_table": spec.source, "source_snapshot": snapshot.snapshot_id,
-                     "source_id": row["doc_id"], "seed_id": row["seed_id"], "agent_chain": row["agent_chain"],
-                     "verdicts": row["verdicts"], "created_at": now})
+                     **spec.provenance(row), "created_at": now})
     if not rows:
         raise ValueError(f"dataset {dataset}: {spec.source}@{snapshot.snapshot_id} holds no rows")
     rows.sort(key=lambda r: r["example_id"])
