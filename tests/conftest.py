@@ -26,6 +26,7 @@ and auto-mixer tests)."""
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import os
 import signal
@@ -431,7 +432,8 @@ def server(tmp_path):
 
     yield start
     for proc, whole_group, log in started:
-        (os.killpg if whole_group else os.kill)(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(ProcessLookupError):  # a test may have stopped it already
+            (os.killpg if whole_group else os.kill)(proc.pid, signal.SIGTERM)
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:

@@ -26,12 +26,13 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
-from pyiceberg.expressions import EqualTo
+from pyiceberg.expressions import AlwaysTrue, And, EqualTo
 from pyiceberg.types import BooleanType, DoubleType, FloatType, IntegerType, LongType
 
 from factory.lake import Lake
@@ -328,33 +329,39 @@ def create_app(config: PodiumConfig, lake: Lake, backend=None) -> FastAPI:
         return page(request, "datasets.html", tables=lake.tables())
 
     @app.get("/datasets/{table}", response_class=HTMLResponse)
-    def dataset(request: Request, table: str, page_no: int = 1, column: str = "", value: str = ""):
+    def dataset(request: Request, table: str, page_no: int = 1, column: list[str] = Query(default=[]),
+                value: list[str] = Query(default=[])):
         user_of(request)
         if table not in lake.tables():
             raise PodiumError(f"table {table!r}: not in the lake", 404)
         if page_no < 1:
             raise PodiumError(f"page {page_no}: pages start at 1")
+        if len(column) != len(value):
+            raise PodiumError(f"filters: {len(column)} columns but {len(value)} values")
         ice = lake.table(table)
         fields = {f.name: f for f in ice.schema().fields}
-        row_filter, shown_filter = None, None
-        if column:
-            if column not in fields:
-                raise PodiumError(f"column {column!r}: {table} has {', '.join(fields)}")
-            row_filter, shown_filter = EqualTo(column, _typed(column, fields[column].field_type, value)), (column, value)
+        filters = [(c, v) for c, v in zip(column, value) if c]
+        row_filter = AlwaysTrue()
+        for name, wanted in filters:
+            if name not in fields:
+                raise PodiumError(f"column {name!r}: {table} has {', '.join(fields)}")
+            if not fields[name].field_type.is_primitive:
+                raise PodiumError(f"column {name!r} of {table} is a {fields[name].field_type}: only plain columns "
+                                  f"filter")
+            row_filter = And(row_filter, EqualTo(name, _typed(name, fields[name].field_type, wanted)))
         size = config.page_size
         started = time.perf_counter()
         if ice.current_snapshot() is None:
             rows = []
-        else:
-            scan = ice.scan(row_filter=row_filter, limit=page_no * size + 1) if row_filter is not None \
-                else ice.scan(limit=page_no * size + 1)
-            rows = scan.to_arrow().slice((page_no - 1) * size).to_pylist()
+        else:  # the scan stops once it has the rows up to this page (and one more: is there a next page?)
+            rows = ice.scan(row_filter=row_filter, limit=page_no * size + 1).to_arrow().slice((page_no - 1) * size) \
+                .to_pylist()
         more = len(rows) > size
         rows = rows[:size]
         cells = [[_cell(row[name]) for name in fields] for row in rows]
+        query = urlencode([p for c, v in filters for p in (("column", c), ("value", v))])
         return page(request, "dataset.html", table=table, columns=list(fields), cells=cells, page_no=page_no,
-                    more=more, column=column, value=value, filter=shown_filter,
-                    read_ms=(time.perf_counter() - started) * 1000, size=size)
+                    more=more, filters=filters, query=query, read_ms=(time.perf_counter() - started) * 1000)
 
     return app
 

@@ -79,6 +79,18 @@ def test_bad_requests_get_a_clear_error_and_change_nothing(podium_lake, podium_c
         assert response.status_code == status, (response.request.url, response.text)
         assert says in html.unescape(response.text), (says, response.text[:300])
     assert {t: rows(podium_lake, t) for t in (CONVERSATIONS, VOTES)} == before
+    # the dataset browser: two filters at once (and-ed), each row as it is in the table
+    page = alice.http.get(f"/datasets/{CONVERSATIONS}?column=kind&value=battle&column=side&value=A")
+    assert page.status_code == 200 and "where kind = battle and side = A" in html.unescape(page.text)
+    shown = re.findall(r"<tr>(.*?)</tr>", page.text.split("<tbody>")[1], re.S)
+    want = [r for r in podium_lake.table(CONVERSATIONS).scan().to_arrow().to_pylist()
+            if r["kind"] == "battle" and r["side"] == "A"]
+    header = re.findall(r"<th>(.*?)</th>", page.text.split("<thead>")[1].split("</thead>")[0])
+    cells = [re.findall(r"<td>(.*?)</td>", row, re.S) for row in shown]
+    assert 0 < len(shown) == min(len(want), 50) and f"<td>{battle}</td>" in page.text
+    assert {(c[header.index("kind")], c[header.index("side")]) for c in cells} == {("battle", "A")}
+    odd = alice.http.get(f"/datasets/{CONVERSATIONS}?column=kind&value=battle&column=side")
+    assert odd.status_code == 400 and "2 columns but 1 values" in odd.text
     # an unfinished battle cannot be voted on
     unfinished = alice.post("/api/battle", {"prompt": "x = 1", "sampling": SHORT}).json()["battle_id"]
     assert alice.post(f"/api/battle/{unfinished}/vote", {"vote": "a"}).status_code == 409

@@ -140,8 +140,8 @@ def test_chat_battle_vote_leaderboard_and_datasets_in_chromium(podium_lake, podi
         # the dataset browser: podium's own conversations, filtered to battles; the hostile text is text
         b.get(f"{served.url}/datasets")
         b.find_element(By.LINK_TEXT, CONVERSATIONS).click()
-        Select(b.find_element(By.ID, "column")).select_by_visible_text("kind")
-        b.find_element(By.ID, "value").send_keys("battle")
+        Select(b.find_element(By.CSS_SELECTOR, ".column")).select_by_visible_text("kind")
+        b.find_element(By.CSS_SELECTOR, ".value").send_keys("battle")
         b.find_element(By.ID, "apply").click()
         wait_for(b, lambda d: "where kind = battle" in d.find_element(By.ID, "page-info").text, what="filter")
         table_rows = b.find_elements(By.CSS_SELECTOR, "#rows tbody tr")
