@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-from fastapi import FastAPI, Query, Request
+from fastapi import Body, FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
@@ -129,11 +129,9 @@ def create_app(config: PodiumConfig, lake: Lake, backend=None) -> FastAPI:
         return templates.TemplateResponse(request, "error.html", {"user": None, "page": "", "error": str(exc),
                                                                   "status": exc.status}, status_code=exc.status)
 
-    async def body_of(request: Request) -> dict:
-        try:
-            body = await request.json()
-        except ValueError:
-            raise PodiumError("the request body is not JSON") from None
+    def object_of(body) -> dict:
+        if body is None:
+            return {}
         if not isinstance(body, dict):
             raise PodiumError("the request body must be a JSON object")
         return body
@@ -174,6 +172,8 @@ def create_app(config: PodiumConfig, lake: Lake, backend=None) -> FastAPI:
                 gen.finish_reason = "error"
                 yield f"\n[generation failed: {type(exc).__name__}: {exc}]"
             finally:
+                if battle is not None and (not complete or gen.finish_reason == "error"):
+                    store.release_side(battle, row["side"])  # it can be generated again
                 if complete or gen.finish_reason == "error":
                     store.record_generation({
                         **row, "export_id": export.export_id, "export_sha256": export.sha256,
@@ -235,9 +235,9 @@ def create_app(config: PodiumConfig, lake: Lake, backend=None) -> FastAPI:
                     conversation_id=uuid.uuid4().hex[:16], max_new_tokens=config.max_new_tokens)
 
     @app.post("/api/chat")
-    async def chat_send(request: Request):
+    def chat_send(request: Request, body: Any = Body(None)):
         user = writer(request)
-        body = await body_of(request)
+        body = object_of(body)
         export = exports.get(str(body.get("export", "")))
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages or not all(
@@ -255,42 +255,37 @@ def create_app(config: PodiumConfig, lake: Lake, backend=None) -> FastAPI:
         return streamed(export, messages, sampling, row)
 
     # -- battles -------------------------------------------------------------------------------------
-    def pair(entries) -> tuple[str, str]:
-        ids = [e.export_id for e in entries]
-        if len(ids) < 2:
-            raise PodiumError(f"a battle needs two exports; the lake has {len(ids)}", 409)
-        if config.pairing == "leader":
-            board = current_board()
-            ranked = [r.export_id for r in board.ratings if r.export_id in ids]
-            if ranked:
-                leader = ranked[0]
-                counts = {r.export_id: r.votes for r in board.ratings}
-                challenger = min((i for i in ids if i != leader), key=lambda i: (counts.get(i, 0), random.random()))
-                return tuple(random.sample([leader, challenger], 2))
-        return tuple(random.sample(ids, 2))
+    def on_disk() -> list[str]:
+        """The exports a battle can use: in lineage, and their directories still there."""
+        found = []
+        for entry in list_models(lake):
+            try:
+                exports.get(entry.export_id)
+            except PodiumError:
+                continue
+            found.append(entry.export_id)
+        return found
 
     @app.get("/battle", response_class=HTMLResponse)
     def battle(request: Request):
         return page(request, "battle.html", max_new_tokens=config.max_new_tokens, pairing=config.pairing)
 
     @app.post("/api/battle")
-    async def battle_new(request: Request):
+    def battle_new(request: Request, body: Any = Body(None)):
         user = writer(request)
-        body = await body_of(request)
+        body = object_of(body)
         prompt = check_prompt(body.get("prompt"))
         sampling = sampling_of(body)
-        a, b = pair([e for e in list_models(lake)])
-        for export_id in (a, b):
-            exports.get(export_id)  # both still on disk, before anything is recorded
+        a, b = choose_pair(on_disk(), current_board() if config.pairing == "leader" else None)
         limiter.take(user)
         battle_id = uuid.uuid4().hex[:20]
         store.open_battle(battle_id, user, prompt, sampling.as_dict(), a, b)
         return {"battle_id": battle_id}
 
     @app.post("/api/battle/{battle_id}/vote")
-    async def battle_vote(request: Request, battle_id: str):
+    def battle_vote(request: Request, battle_id: str, body: Any = Body(None)):
         user = writer(request)
-        body = await body_of(request)
+        body = object_of(body)
         fight = store.vote(battle_id, user, str(body.get("vote", "")))
         board_cache.clear()
         return {"battle_id": battle_id, "vote": fight.vote, "a": fight.a.export_id, "b": fight.b.export_id}
@@ -302,12 +297,11 @@ def create_app(config: PodiumConfig, lake: Lake, backend=None) -> FastAPI:
         if side not in ("A", "B"):
             raise PodiumError(f"side {side!r}: must be A or B")
         fight = store.battle_for(battle_id, user)
-        chosen = fight.a if side == "A" else fight.b
-        if chosen.response is not None:
-            raise PodiumError(f"battle {battle_id}: side {side} was generated already", 409)
+        export = exports.get((fight.a if side == "A" else fight.b).export_id)
+        store.claim_side(fight, side)  # one generation per side, even from two tabs at once
         sampling = Sampling(**fight.sampling)
         row = {"conversation_id": battle_id, "turn": 0, "kind": "battle", "side": side, "user": user}
-        return streamed(exports.get(chosen.export_id), [{"role": "user", "content": fight.prompt}], sampling, row, fight)
+        return streamed(export, [{"role": "user", "content": fight.prompt}], sampling, row, fight)
 
     # -- leaderboard ---------------------------------------------------------------------------------
     def current_board():
@@ -364,6 +358,21 @@ def create_app(config: PodiumConfig, lake: Lake, backend=None) -> FastAPI:
                     more=more, filters=filters, query=query, read_ms=(time.perf_counter() - started) * 1000)
 
     return app
+
+
+def choose_pair(exports: list[str], board=None, rng=random) -> tuple[str, str]:
+    """Two exports for a battle: at random, or (with the current `board`: pairing `leader`) the
+    leader against the export with the fewest votes, in random order. Exports no vote has rated yet
+    count as having none, so a new export is paired first."""
+    if len(exports) < 2:
+        raise PodiumError(f"a battle needs two exports on disk; the lake has {len(exports)}", 409)
+    ranked = [r.export_id for r in board.ratings if r.export_id in exports] if board is not None else []
+    if not ranked:
+        return tuple(rng.sample(exports, 2))
+    leader = ranked[0]
+    counts = {r.export_id: r.votes for r in board.ratings}
+    challenger = min((e for e in exports if e != leader), key=lambda e: (counts.get(e, 0), rng.random()))
+    return tuple(rng.sample([leader, challenger], 2))
 
 
 def _typed(column: str, field_type, value: str):

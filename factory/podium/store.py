@@ -48,6 +48,7 @@ class Side:
     export_id: str
     response: str | None = None  # None until its generation was recorded
     checkpoint_id: str = ""
+    claimed: bool = False  # a generation of it is running
 
 
 @dataclass
@@ -101,6 +102,19 @@ class PodiumStore:
         if battle is None or battle.user != user:  # someone else's battle is as unknown as a made-up id
             raise PodiumError(f"battle {battle_id!r}: no such battle of user {user!r}", 404)
         return battle
+
+    def claim_side(self, battle: Battle, side: str) -> Side:
+        """The battle's side `side`, now marked as being generated; PodiumError when it is or was."""
+        with self._lock:
+            chosen = battle.a if side == "A" else battle.b
+            if chosen.response is not None or chosen.claimed:
+                raise PodiumError(f"battle {battle.battle_id}: side {side} was generated already", 409)
+            chosen.claimed = True
+            return chosen
+
+    def release_side(self, battle: Battle, side: str) -> None:
+        with self._lock:
+            (battle.a if side == "A" else battle.b).claimed = False
 
     def vote(self, battle_id: str, user: str, choice: str) -> Battle:
         """Record `user`'s vote on a battle they saw to its end; refuses anything else, changing nothing."""

@@ -94,6 +94,12 @@ def test_bad_requests_get_a_clear_error_and_change_nothing(podium_lake, podium_c
     # an unfinished battle cannot be voted on
     unfinished = alice.post("/api/battle", {"prompt": "x = 1", "sampling": SHORT}).json()["battle_id"]
     assert alice.post(f"/api/battle/{unfinished}/vote", {"vote": "a"}).status_code == 409
+    # a side being generated (another tab) is not generated twice; once released, it can be
+    fight = app.state.store.battle_for(unfinished, "alice")
+    app.state.store.claim_side(fight, "A")
+    assert alice.post(f"/api/battle/{unfinished}/A").status_code == 409
+    app.state.store.release_side(fight, "A")
+    assert alice.post(f"/api/battle/{unfinished}/A").status_code == 200 and fight.a.response is not None
     # the vote itself, then a second one
     assert alice.post(f"/api/battle/{battle}/vote", {"vote": "b"}).status_code == 200
     again = alice.post(f"/api/battle/{battle}/vote", {"vote": "a"})

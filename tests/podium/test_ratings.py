@@ -49,3 +49,22 @@ def test_bad_votes_are_refused_with_the_vote_named():
         leaderboard([("export/a@1", "export/b@1", "maybe")])
     with pytest.raises(ValueError, match="two different exports"):
         leaderboard([("export/a@1", "export/a@1", "a")])
+
+
+def test_leader_pairing_puts_the_least_voted_export_against_the_leader():
+    import random
+
+    from factory.podium.app import choose_pair
+    from factory.podium.store import PodiumError
+
+    votes = [(a, b, o) for a, b, o in simulate(400, seed=3) if "export/d@1" not in (a, b)]  # d: never voted on
+    board = leaderboard(votes, bootstrap=0)
+    exports = list(TRUE)
+    rng = random.Random(0)
+    pairs = [choose_pair(exports, board, rng) for _ in range(20)]
+    assert all(set(p) == {"export/a@1", "export/d@1"} for p in pairs)  # the leader meets the newcomer
+    assert {p[0] for p in pairs} == {"export/a@1", "export/d@1"}  # in either seat (anonymous sides)
+    randoms = {frozenset(choose_pair(exports, None, rng)) for _ in range(200)}
+    assert len(randoms) == 6  # random pairing reaches every pair of 4
+    with pytest.raises(PodiumError, match="needs two exports"):
+        choose_pair(["export/a@1"])
