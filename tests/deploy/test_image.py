@@ -73,9 +73,9 @@ def test_dockerfile_installs_the_stack_the_way_make_setup_does():
     apt = next(r for r in runs if "apt-get install" in r)
     makefile = (ROOT / "Makefile").read_text().replace("\\\n", " ")
     make_apt = apt_packages(next(line for line in makefile.splitlines() if "apt-get install" in line))
-    # all of `make system` but the servers, which a cluster runs as services of their own, and
-    # the tools that build and run this image
-    outside = {"postgresql", "prometheus", "buildah", "podman", "runc", "debootstrap"}
+    # all of `make system` but the servers, which a cluster runs as services of their own, the
+    # tools that build and run this image, and the browser Podium's test drives
+    outside = {"postgresql", "prometheus", "buildah", "podman", "runc", "debootstrap", "chromium", "chromium-driver"}
     assert make_apt - apt_packages(apt) == outside & make_apt
     assert {"python3", "python3-venv", "tini"} <= apt_packages(apt)
     assert PYPROJECT["requires-python"] == ">=3.11,<3.12" and "sys.version_info[:2] == (3, 11)" in apt
