@@ -23,7 +23,8 @@ CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 
 
 class HostileBackend(LocalBackend):
-    """The real in-process backend; export evalsmoke@4's text starts with markup and a script."""
+    """The real in-process backend; export evalsmoke@4's text starts with markup and a script, sent
+    half a second before the model's own text (so the page has visibly streamed)."""
 
     def stream(self, export, messages, sampling, out=None):
         pieces = super().stream(export, messages, sampling, out)
@@ -31,6 +32,7 @@ class HostileBackend(LocalBackend):
             if out is not None:
                 out.text += HOSTILE
             yield HOSTILE
+            time.sleep(0.5)  # the page must show this before the model's text arrives, however busy the host
         yield from pieces
 
 
@@ -70,9 +72,14 @@ def browser():
 
 
 def wait_for(driver, condition, timeout=60, what=""):
+    """`condition(driver)` once truthy; an element that a page load replaced while it was read (stale,
+    or not there yet) is read again at the next poll."""
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, timeout, poll_frequency=0.05).until(lambda d: condition(d), message=what)
+    return WebDriverWait(driver, timeout, poll_frequency=0.05,
+                         ignored_exceptions=(StaleElementReferenceException, NoSuchElementException)) \
+        .until(lambda d: condition(d), message=what)
 
 
 def shot(driver, name: str) -> None:
