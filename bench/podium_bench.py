@@ -84,8 +84,7 @@ def main() -> None:
                 if chunk and first is None:
                     first = time.perf_counter() - started
         total = time.perf_counter() - started
-        row = [r for r in lake.table(CONVERSATIONS).scan(row_filter=f"conversation_id == 'bench-{i}'").to_arrow()
-               .to_pylist()][-1]
+        row = lake.table(CONVERSATIONS).scan(row_filter=f"conversation_id == 'bench-{i}'").to_arrow().to_pylist()[-1]
         app_ttft.append(first)
         app_rate.append(row["tokens"] / total)
 

@@ -40,7 +40,7 @@ from factory.podium.config import PodiumConfig, load_secret, load_tokens
 from factory.podium.inference import Generation, LocalBackend, OpenAIBackend, Sampling
 from factory.podium.models import Exports, list_models
 from factory.podium.ratings import leaderboard
-from factory.podium.store import PodiumError, PodiumStore
+from factory.podium.store import VOTES, PodiumError, PodiumStore, read_votes
 
 HERE = Path(__file__).parent
 COOKIE = "podium_token"
@@ -90,7 +90,6 @@ def create_app(config: PodiumConfig, lake: Lake, backend=None) -> FastAPI:
     store = PodiumStore(lake)
     exports = Exports(lake)
     backend = backend if backend is not None else make_backend(config)
-    backend_label = getattr(backend, "label", None) or backend.name
     limiter = RateLimiter(config.generations_per_minute)
     secret = load_secret(config)
     tokens = load_tokens(config) if config.auth == "tokens" else {}
@@ -180,7 +179,7 @@ def create_app(config: PodiumConfig, lake: Lake, backend=None) -> FastAPI:
                         "checkpoint_id": export.checkpoint_id, "mode": gen.mode, "messages": json.dumps(messages),
                         "prompt": next(m["content"] for m in reversed(messages) if m["role"] == "user"),
                         "response": gen.text, "finish_reason": gen.finish_reason,
-                        "sampling": json.dumps(sampling.as_dict(), sort_keys=True), "backend": backend_label,
+                        "sampling": json.dumps(sampling.as_dict(), sort_keys=True), "backend": backend.label,
                         "first_token_ms": None if gen.first_token_s is None else gen.first_token_s * 1000,
                         "tokens": gen.tokens}, battle if gen.finish_reason != "error" else None)
 
@@ -287,7 +286,6 @@ def create_app(config: PodiumConfig, lake: Lake, backend=None) -> FastAPI:
         user = writer(request)
         body = object_of(body)
         fight = store.vote(battle_id, user, str(body.get("vote", "")))
-        board_cache.clear()
         return {"battle_id": battle_id, "vote": fight.vote, "a": fight.a.export_id, "b": fight.b.export_id}
 
     @app.post("/api/battle/{battle_id}/{side}")  # after /vote: routes match in order
@@ -305,9 +303,11 @@ def create_app(config: PodiumConfig, lake: Lake, backend=None) -> FastAPI:
 
     # -- leaderboard ---------------------------------------------------------------------------------
     def current_board():
-        votes = store.votes()
-        if board_cache.get("n") != len(votes):
-            board_cache.update(n=len(votes), board=leaderboard(
+        """The leaderboard of the votes table's current snapshot, refitted only when it moved."""
+        snapshot = lake.current_snapshot_id(VOTES)
+        if "board" not in board_cache or board_cache["snapshot"] != snapshot:
+            votes = read_votes(lake, snapshot)
+            board_cache.update(snapshot=snapshot, board=leaderboard(
                 [(v["export_a"], v["export_b"], v["vote"]) for v in votes], bootstrap=100, seed=0))
         return board_cache["board"]
 

@@ -66,22 +66,31 @@ def chat_mode(tokenizer) -> bool:
     return bool(getattr(tokenizer, "chat_template", None))
 
 
-def prompt_ids(tokenizer, messages: list[dict], max_len: int, room: int) -> tuple[list[int], str]:
+def prompt_ids(tokenizer, messages: list[dict]) -> tuple[list[int], str]:
     """The ids to send for `messages` and the mode (module docstring)."""
     if chat_mode(tokenizer):
         text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        ids, mode = tokenizer(text, add_special_tokens=False)["input_ids"], "chat"
-    else:
-        last = next(m["content"] for m in reversed(messages) if m["role"] == "user")
-        ids, mode = [tokenizer.eos_token_id, *tokenizer(last, add_special_tokens=False)["input_ids"]], "completion"
-    keep = max(1, max_len - room)
-    return ids[-keep:], mode
+        return tokenizer(text, add_special_tokens=False)["input_ids"], "chat"
+    last = next(m["content"] for m in reversed(messages) if m["role"] == "user")
+    return [tokenizer.eos_token_id, *tokenizer(last, add_special_tokens=False)["input_ids"]], "completion"
+
+
+def _begin(engine, messages: list[dict], sampling: Sampling,
+           out: Generation | None) -> tuple[list[int], int, Generation]:
+    """The prompt's ids (its last ones, leaving the answer room: `Engine.fit`), the tokens to
+    generate, and the Generation to fill in."""
+    new = min(sampling.max_tokens, engine.max_len - 1)
+    ids, mode = prompt_ids(engine.tokenizer, messages)
+    ids = engine.fit(ids, new)
+    gen = out if out is not None else Generation(mode, len(ids))
+    gen.mode, gen.prompt_tokens = mode, len(ids)
+    return ids, new, gen
 
 
 class LocalBackend:
     """In-process generation (module docstring)."""
 
-    name = "local"
+    name = label = "local"  # label: what podium.conversations.backend records
 
     def __init__(self, max_models: int = 4):
         self.max_models = max_models
@@ -109,10 +118,7 @@ class LocalBackend:
 
         model = self._model(export)
         engine = model.engine
-        room = min(sampling.max_tokens, engine.max_len - 1)
-        ids, mode = prompt_ids(engine.tokenizer, messages, engine.max_len, room)
-        gen = out if out is not None else Generation(mode, len(ids))
-        gen.mode, gen.prompt_tokens = mode, len(ids)
+        ids, new, gen = _begin(engine, messages, sampling, out)
         streamer = TextIteratorStreamer(engine.tokenizer, skip_prompt=True, skip_special_tokens=True, timeout=300)
         result: dict = {}
         greedy = sampling.temperature == 0
@@ -122,7 +128,7 @@ class LocalBackend:
                 torch.manual_seed(sampling.seed)
                 result["out"] = engine.model.generate(
                     torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                    max_new_tokens=max(1, min(room, engine.max_len - len(ids))), do_sample=not greedy,
+                    max_new_tokens=new, do_sample=not greedy,
                     temperature=None if greedy else sampling.temperature, top_p=None if greedy else sampling.top_p,
                     top_k=None, pad_token_id=engine.tokenizer.pad_token_id, eos_token_id=engine.tokenizer.eos_token_id,
                     streamer=streamer)
@@ -174,11 +180,7 @@ class OpenAIBackend:
         from factory.infer.openai_engine import NEUTRAL, EndpointError
 
         engine = self._engine(export)
-        room = min(sampling.max_tokens, engine.max_len - 1)
-        ids, mode = prompt_ids(engine.tokenizer, messages, engine.max_len, room)
-        gen = out if out is not None else Generation(mode, len(ids))
-        gen.mode, gen.prompt_tokens = mode, len(ids)
-        new = max(1, min(room, engine.max_len - len(ids)))
+        ids, new, gen = _begin(engine, messages, sampling, out)
         body = {"model": engine.model, **NEUTRAL, "prompt": ids, "max_tokens": new,
                 "temperature": sampling.temperature, "top_p": sampling.top_p, "seed": sampling.seed, "stream": True,
                 "stream_options": {"include_usage": True}}
@@ -210,5 +212,5 @@ class OpenAIBackend:
                         yield piece
 
     @property
-    def label(self) -> str:
-        return self.config.endpoint or "openai"
+    def label(self) -> str:  # what podium.conversations.backend records: the endpoint's URL
+        return self.config.endpoint

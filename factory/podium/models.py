@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from factory.infer.export import ExportError, ExportRef, find_export
 from factory.lake import Lake
+from factory.podium.store import PodiumError
 
 
 @dataclass(frozen=True)
@@ -48,8 +49,6 @@ class Exports:
         self._known: dict[str, ExportRef] = {}
 
     def get(self, export_id: str) -> ExportRef:
-        from factory.podium.store import PodiumError
-
         if export_id not in self._known:
             if not export_id.startswith("export/"):
                 raise PodiumError(f"export {export_id!r}: not an export id (export/<run>@<step>)", 404)

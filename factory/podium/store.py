@@ -146,19 +146,12 @@ class PodiumStore:
     def record_generation(self, row: dict, battle: Battle | None = None) -> None:
         """Append one `podium.conversations` row; a battle side is filled in once it is stored."""
         full = {"first_token_ms": None, **row, "created_at": dt.datetime.now(dt.timezone.utc)}
-        with self._lock:
-            if battle is not None:
-                side = battle.a if row["side"] == "A" else battle.b
-                if side.response is not None:
-                    raise PodiumError(f"battle {battle.battle_id}: side {row['side']} was generated already", 409)
+        with self._lock:  # a battle side reaches here once: `claim_side` let one generation of it run
             self.lake.commit(CONVERSATIONS, pa.Table.from_pylist([full], schema=PODIUM_CONVERSATIONS.as_arrow()),
                              _stamp(self.asset_key, table=CONVERSATIONS))
             if battle is not None:
+                side = battle.a if row["side"] == "A" else battle.b
                 side.response, side.checkpoint_id = row["response"], row["checkpoint_id"]
-
-    def votes(self) -> list[dict]:
-        return self.lake.table(VOTES).scan().to_arrow().to_pylist()
-
 
 def read_votes(lake: Lake, snapshot_id: int | None = None) -> list[dict]:
     """Every vote (at `snapshot_id`, default the newest), oldest first; [] before the first."""
@@ -184,8 +177,9 @@ def build_preferences(lake: Lake, *, run_id: str = "", asset_key: str = "podium/
                 (previous and previous[-1].upstream[:1] == [table_version_id(VOTES, snapshot.snapshot_id)]):
             return table_version_id(PREFERENCES, table.current_snapshot().snapshot_id)
     now = dt.datetime.now(dt.timezone.utc)
-    rows = []
-    for v in read_votes(lake, snapshot.snapshot_id):
+    rows, votes = [], read_votes(lake, snapshot.snapshot_id)
+    voted = {v[f"export_{side}"] for v in votes for side in "ab"}
+    for v in votes:
         if v["vote"] not in ("a", "b"):
             continue  # a tie or both-bad says nothing about which answer is better
         win, lose = ("a", "b") if v["vote"] == "a" else ("b", "a")
@@ -193,7 +187,6 @@ def build_preferences(lake: Lake, *, run_id: str = "", asset_key: str = "podium/
                      "chosen": v[f"response_{win}"], "rejected": v[f"response_{lose}"],
                      "chosen_export": v[f"export_{win}"], "rejected_export": v[f"export_{lose}"],
                      "votes_snapshot": snapshot.snapshot_id, "created_at": now})
-    voted = {v[f"export_{side}"] for v in read_votes(lake, snapshot.snapshot_id) for side in "ab"}
     upstream = [table_version_id(VOTES, snapshot.snapshot_id), *sorted(voted)]  # every model voted on, directly
     stamp = _stamp(asset_key, table=PREFERENCES).model_copy(update={"run_id": run_id})
     lineage = LineageRecord(
