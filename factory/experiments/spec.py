@@ -95,7 +95,11 @@ class ExperimentConfig(BaseModel):
     optimizer: OptimizerConfig
     schedule: ScheduleConfig = ScheduleConfig()
     precision: str = Field("fp32", pattern="^(fp32|bf16)$", description="bf16 = autocast where supported; logits and loss stay fp32.")
-    compile: bool = Field(False, description="torch.compile the model (execution choice).")
+    compile: bool = Field(False, description="torch.compile the model and its loss into one graph (execution choice).")
+    fused_loss: bool = Field(False, description="LM head and cross-entropy in one pass over vocabulary chunks "
+                                                "(kernels.linear_cross_entropy: fp32 accumulation, the [tokens, vocab] "
+                                                "logits never held; Triton on CUDA). Execution choice: the same loss "
+                                                "within float rounding.")
     checkpoint: CheckpointConfig = CheckpointConfig()
     eval_every: int = Field(100, ge=1, description="Steps between evaluations (the eval sensor reads this).")
     eval_suite: str = Field("default", description="Eval suite of configs/evals.py run on those checkpoints.")
@@ -160,8 +164,8 @@ class ExperimentConfig(BaseModel):
 
     def identity_hash(self) -> str:
         """Hash of what changes the result (execution choices excluded)."""
-        return config_hash(self.model_dump(mode="json", exclude={"compile", "loader_workers", "parallel", "tracker",
-                                                                  "description", "eval_suite"}))
+        return config_hash(self.model_dump(mode="json", exclude={"compile", "fused_loss", "loader_workers", "parallel",
+                                                                  "tracker", "description", "eval_suite"}))
 
 
 class Plan(BaseModel):

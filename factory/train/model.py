@@ -12,7 +12,10 @@ Design:
   A block is `forward(x, cos, sin, mask=None) -> x` over the residual stream (mask: packed
   documents' block-diagonal causal mask, `Transformer.forward`'s doc_ids).
 - The LM head runs in fp32 with autocast off: bf16 accumulation over d_model in the head kept a
-  real run from converging, and the fp32 logits cost one matmul's worth of memory.
+  real run from converging. Given targets, `forward` returns the per-token loss, so a compiled
+  model compiles its loss too; `fused_loss=True` (the experiment's `fused_loss`) computes head and
+  loss in one pass over vocabulary chunks (`kernels.linear_cross_entropy`, fp32 accumulation as
+  well), never holding the [tokens, vocab] logits.
 - muP (when `mup_base_width` is set, m = d_model / base): hidden matrices start at
   init_std / sqrt(m) and train at lr / m (`param_groups`), logits are multiplied by 1/m;
   embeddings, norms and the untied head keep base init and lr (their fan-in does not grow).
@@ -35,6 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from factory.train.config import ModelConfig, OptimizerConfig
+from kernels import linear_cross_entropy
 from factory.train.params import BLOCK_PARAMS, _vocab, count_parameters, flops_per_token  # noqa: F401 (re-exported)
 
 
@@ -131,9 +135,9 @@ BLOCKS: dict[str, Callable[[ModelConfig, int], nn.Module]] = {"attention": Atten
 
 
 class Transformer(nn.Module):
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: ModelConfig, *, fused_loss: bool = False):
         super().__init__()
-        self.config = config
+        self.config, self.fused_loss = config, fused_loss
         vocab = _vocab(config)
         self.embed_tokens = nn.Embedding(vocab, config.d_model)
         pattern = config.layer_pattern
@@ -166,8 +170,11 @@ class Transformer(nn.Module):
     def head_weight(self) -> torch.Tensor:
         return self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
 
-    def forward(self, idx: torch.Tensor, doc_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """idx: LongTensor [B, T] (T <= max_seq_len) -> fp32 logits [B, T, vocab].
+    def forward(self, idx: torch.Tensor, doc_ids: torch.Tensor | None = None,
+                targets: torch.Tensor | None = None) -> torch.Tensor:
+        """idx: LongTensor [B, T] (T <= max_seq_len) -> fp32 logits [B, T, vocab]; with `targets`
+        [B, T], the per-token cross-entropy [B * T] instead (fp32; targets equal to -100 give 0),
+        computed inside the same module so `torch.compile` makes forward and loss one graph.
 
         doc_ids [B, T] (packed sequences): a token attends only to earlier tokens of its own document,
         so each packed document is computed as if it were alone (RoPE is relative: its offset in the
@@ -184,16 +191,22 @@ class Transformer(nn.Module):
         for layer in self.layers:
             x = layer(x, cos, sin) if mask is None else layer(x, cos, sin, mask)
         h = self.norm(x)
+        scale = 1.0 / self.config.width_multiplier
         # fp32 head with autocast off: see the module docstring.
         with torch.autocast(device_type=h.device.type, enabled=False):
+            if targets is not None and self.fused_loss:
+                return linear_cross_entropy.launch(h.flatten(0, 1), self.head_weight(), targets.flatten(), scale=scale)
             logits = F.linear(h.float(), self.head_weight().float())
-        m = self.config.width_multiplier
-        return logits if m == 1.0 else logits * (1.0 / m)
+            if scale != 1.0:
+                logits = logits * scale
+            if targets is None:
+                return logits
+            return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none")
 
-    def loss(self, idx: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100) -> torch.Tensor:
-        """Mean next-token cross-entropy (fp32 scalar); targets equal to ignore_index don't count."""
-        logits = self(idx)
-        return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=ignore_index)
+    def loss(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Mean next-token cross-entropy (fp32 scalar) over the targets that are not -100."""
+        counted = (targets != linear_cross_entropy.IGNORE_INDEX).sum().clamp(min=1)
+        return self(idx, targets=targets).sum() / counted
 
 
 def param_groups(model: Transformer, optimizer: OptimizerConfig) -> list[dict]:

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
 from pydantic import BaseModel
 
 from factory.experiments.card import render_card, write_card
@@ -168,7 +167,7 @@ def _build(plan: Plan, d: Dist, finetune: FineTune | None) -> tuple[Transformer,
     exp = plan.experiment
     # seeded before the model is built: every rank starts from the same weights without a broadcast
     torch.manual_seed(exp.seed)
-    model = Transformer(plan.model)
+    model = Transformer(plan.model, fused_loss=exp.fused_loss)
     if finetune is not None:
         finetune.init(model)
     model = model.to(d.device)
@@ -270,12 +269,14 @@ def _forward_backward(net, tokens: torch.Tensor, micro: int, d: Dist, autocast, 
     for i, chunk in enumerate(chunks):
         sync = i == len(chunks) - 1 or not hasattr(net, "no_sync")
         with (contextlib.nullcontext() if sync else net.no_sync()), autocast:
-            logits = net(chunk[:, :-1]) if segs[i] is None else net(chunk[:, :-1], segs[i])
-            flat, targets = logits.float().reshape(-1, logits.shape[-1]), chunk[:, 1:].reshape(-1)
+            # the model returns per-token losses: a compiled net compiles its loss with it
+            targets = chunk[:, 1:]
+            per_token = net(chunk[:, :-1], targets=targets) if segs[i] is None else \
+                net(chunk[:, :-1], segs[i], targets=targets)
             if masks[i] is None:
-                loss = F.cross_entropy(flat, targets) / len(chunks)
+                loss = per_token.mean() / len(chunks)
             else:
-                loss = (F.cross_entropy(flat, targets, reduction="none") * masks[i].reshape(-1)).sum() / counted
+                loss = (per_token * masks[i].reshape(-1)).sum() / counted
             if scale != 1.0:  # fault injection only
                 loss = loss * scale
         loss.backward()

@@ -9,7 +9,9 @@ shortened to a few steps (`smoke().derive(steps=..., checkpoint=...)`).
   incident row, `skipped` = 1 in the metrics), the run finishes with finite parameters;
 - a truncated newest checkpoint: the next launch says why it skips it, resumes from the one
   before and completes;
-- 3 steps + a resumed launch to 6 equals 6 uninterrupted steps, bit for bit (separate homes).
+- 3 steps + a resumed launch to 6 equals 6 uninterrupted steps, bit for bit (separate homes);
+- the fused LM head + loss (`fused_loss=True`) trains the same loss curve as the unfused head,
+  within 1e-5 relative at every step (float rounding only: both sum in fp32).
 
 Runs on CPU with one intra-op thread (the smoke model, 0.85 M parameters at vocab 512: 0.3-0.9 s
 a step), real lakes (sqlite catalog in tmp_path, ~3 s each: one shared by the module's tests,
@@ -207,3 +209,16 @@ def test_resumed_run_equals_uninterrupted_run_bit_for_bit(shared_lake, make_lake
                if not torch.equal(st[k], b["optimizer"]["state"][i][k])]
     assert moments == [], f"optimizer moments differ after resuming: {moments}"
     assert straight.final_loss == resumed.final_loss
+
+
+def test_fused_loss_trains_the_same_loss_curve(shared_lake, training_env):
+    lake, curves = shared_lake, {}
+    for fused in (False, True):
+        run = f"fused-{str(fused).lower()}"
+        train(plan_experiment(lake, experiment(steps=6, every=6).derive(fused_loss=fused)), lake, run=run)
+        curves[fused] = [value for _, value in metric(lake, run, "loss")]
+    plain, fused = curves[False], curves[True]
+    assert len(plain) == len(fused) == 6
+    worst = max(abs(a - b) / a for a, b in zip(plain, fused))
+    assert worst < 1e-5, f"fused and unfused loss curves differ by {worst:.2e} relative: {plain} vs {fused}"
+    assert plain[-1] < plain[0] - 0.1, f"the loss did not fall: {plain}"
