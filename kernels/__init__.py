@@ -10,7 +10,8 @@ Triton is optional: these modules import without it, and `launch` never needs it
 
 - `linear_cross_entropy`: the LM head and its cross-entropy in one pass over vocabulary chunks,
   accumulating in fp32, never holding the full logits.
-- `tensor_hash`: the order-aware replica hash, one pass per tensor on the tensor's device.
+- `tensor_hash`: the order-aware replica hash; on CUDA one Triton launch per element size hashes
+  every parameter, the PyTorch reference elsewhere.
 """
 
 from __future__ import annotations

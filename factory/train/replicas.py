@@ -2,10 +2,12 @@
 
 Silent data corruption on one accelerator, or a racy kernel, makes data-parallel replicas drift
 apart while every loss still looks fine. Every `hash_every` steps each replica hashes every
-parameter *on its device* — the tensor's raw bits as integers, weighted by position and summed in
-int64 (wrapping), one small reduction per tensor instead of a SHA-1 per parameter on the CPU —
-and the hashes are all-gathered; a parameter whose hash differs between ranks stops the run with
-an error naming the ranks and parameters, and an incident row.
+parameter *on its device* with `kernels.tensor_hash` — the tensor's raw bits as integers, weighted
+by position and summed in int64 (wrapping), so one ulp, ±0, a NaN payload or a swap of two
+elements all change it; one Triton launch for all parameters on CUDA, a cache-sized PyTorch loop
+on CPU, instead of a SHA-1 per parameter on the CPU — and the hashes are all-gathered; a
+parameter whose hash differs between ranks stops the run with an error naming the ranks and
+parameters, and an incident row.
 
 The redundant dry run catches what a weight hash cannot see: every rank runs the same
 micro-batch (rank 0's) without synchronizing gradients and the gradient hashes are compared
@@ -28,8 +30,8 @@ import torch.nn.functional as F
 
 from factory.train.config import ReplicaCheckConfig
 from factory.train.distributed import Dist
-
-_WEIGHTS: dict[tuple[int, str], torch.Tensor] = {}
+from kernels.tensor_hash import launch as tensor_hash  # noqa: F401  (one tensor's hash, for callers and tests)
+from kernels.tensor_hash import launch_many
 
 
 class ReplicaMismatch(RuntimeError):
@@ -42,18 +44,9 @@ class ReplicaMismatch(RuntimeError):
         self.what, self.step, self.ranks, self.parameters = what, step, ranks, parameters
 
 
-def tensor_hash(t: torch.Tensor) -> torch.Tensor:
-    """An int64 hash of a tensor's exact bits, computed where the tensor lives."""
-    flat = t.detach().contiguous().view(-1)
-    bits = flat.view({8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}[flat.element_size()])
-    key = (flat.numel(), str(flat.device))
-    if key not in _WEIGHTS:  # position weights: odd multipliers, so a swap of two values changes the sum
-        _WEIGHTS[key] = torch.arange(flat.numel(), device=flat.device, dtype=torch.int64) * 2 + 1
-    return (bits.to(torch.int64) * _WEIGHTS[key]).sum()
-
-
 def hashes(named: list[tuple[str, torch.Tensor]]) -> torch.Tensor:
-    return torch.stack([tensor_hash(t) for _, t in named])
+    """The int64 hashes of `named` tensors, [len(named)], on their device."""
+    return launch_many([t for _, t in named])
 
 
 def compare(named: list[tuple[str, torch.Tensor]], what: str, step: int) -> None:
