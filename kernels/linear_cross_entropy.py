@@ -74,7 +74,9 @@ class _Chunked(torch.autograd.Function):
             s = torch.zeros(n, device=h.device)
             picked = torch.zeros(n, device=h.device)
             for start in range(0, weight.shape[0], chunk):
-                z = (h32 @ weight[start:start + chunk].float().T) * scale
+                z = h32 @ weight[start:start + chunk].float().T
+                if scale != 1.0:
+                    z = z * scale
                 width = z.shape[1]
                 m_new = torch.maximum(m, z.amax(dim=1))
                 s = s * torch.exp(m - m_new) + torch.exp(z - m_new[:, None]).sum(dim=1)
@@ -100,7 +102,8 @@ class _Chunked(torch.autograd.Function):
             rows = torch.arange(h.shape[0], device=h.device)
             for start in range(0, weight.shape[0], chunk):
                 w32 = weight[start:start + chunk].float()
-                p = torch.exp((h32 @ w32.T) * scale - lse[:, None])  # softmax over the whole vocabulary
+                z = h32 @ w32.T
+                p = torch.exp((z * scale if scale != 1.0 else z) - lse[:, None])  # softmax over the whole vocabulary
                 width = p.shape[1]
                 inside = (tgt >= start) & (tgt < start + width)
                 p = p.index_put((rows, (tgt - start).clamp(0, width - 1)), -inside.float(), accumulate=True)
