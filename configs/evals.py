@@ -45,6 +45,17 @@ def heldout() -> SuiteConfig:
     return SuiteConfig(name="heldout", tasks=[{"task": "bpb", "max_docs": 16, "max_bytes_per_doc": 2048}])
 
 
+def heldout_default() -> SuiteConfig:
+    """`heldout` on the default mix's sources only, whatever else the checkpoint trained on: what
+    the auto-mixer's designed case (`configs/sweeps/automix_junk.py`) ranks its proxies by, so a
+    source of junk is judged by what it does to real text, not by how well it is itself predicted."""
+    from configs.mixes import mix_spec
+    from factory.evals import SuiteConfig
+
+    return SuiteConfig(name="heldout_default", tasks=[{"task": "bpb", "max_docs": 16, "max_bytes_per_doc": 2048,
+                                                      "sources": tuple(mix_spec("default").weights)}])
+
+
 def repo_tasks() -> SuiteConfig:
     """Function completion on repositories' own tests: greedy pass@1 through the task engine."""
     from factory.evals import SuiteConfig
@@ -52,7 +63,8 @@ def repo_tasks() -> SuiteConfig:
     return SuiteConfig(name="repo_tasks", tasks=[{"task": "repo_tasks", "max_tasks": 50}])
 
 
-SUITES = {"default": default, "quick": quick, "heldout": heldout, "repo_tasks": repo_tasks}
+SUITES = {"default": default, "quick": quick, "heldout": heldout, "heldout_default": heldout_default,
+          "repo_tasks": repo_tasks}
 
 
 def suite(name: str) -> SuiteConfig:

@@ -27,14 +27,17 @@ from factory.home import CHECKOUT
 
 if TYPE_CHECKING:  # the evals package imports torch; a sweep that only trains never loads it
     from factory.evals.suite import SuiteConfig
+    from factory.infer import EngineConfig
 
 
 def run_sweep(lake, sweep: SweepConfig, *, suites: Callable[[str], SuiteConfig] | None = None,
-              profile: DeployConfig | None = None, evaluate: bool = True,
+              profile: DeployConfig | None = None, evaluate: bool = True, engine: EngineConfig | None = None,
               log: Callable[[str], None] = print) -> list[str]:
     """Train (and evaluate) every cell; the eval ids of the cells evaluated, in cell order. Each cell's
     trainer gets `profile` (default: the active one) explicitly, so it writes to the same lake;
-    evaluating needs `suites` (a suite's name -> its SuiteConfig), checked before any cell trains."""
+    evaluating needs `suites` (a suite's name -> its SuiteConfig), checked before any cell trains.
+    `engine` scores the exports (default `EngineConfig()`, vLLM; `transformers` does not start vLLM
+    for every cell, which suits proxies that train in seconds)."""
     if sweep.is_rl:  # RL cells need the vLLM actor and the task engine per run: the rl_run asset's job
         raise ExperimentError(f"sweep {sweep.name}: its cells are RL runs, which `factory sweep run` does not train; "
                               f"queue them with `factory sweep launch {sweep.name}` (rl_job)")
@@ -62,11 +65,11 @@ def run_sweep(lake, sweep: SweepConfig, *, suites: Callable[[str], SuiteConfig] 
         last = checkpoints(lake, cell.run)[-1]
         log(f"    trained {last['step']} steps in {time.perf_counter() - started:.1f} s, loss {last['loss']:.4f}")
         if evaluate:
-            evals.append(_evaluate(lake, last["checkpoint_id"], suite_of[plan.experiment.eval_suite], log))
+            evals.append(_evaluate(lake, last["checkpoint_id"], suite_of[plan.experiment.eval_suite], engine, log))
     return evals
 
 
-def _evaluate(lake, checkpoint_id: str, suite: SuiteConfig, log) -> str:
+def _evaluate(lake, checkpoint_id: str, suite: SuiteConfig, engine, log) -> str:
     from factory.evals.results import eval_id_of, results
     from factory.evals.suite import evaluate_checkpoint
     from factory.infer import find_checkpoint
@@ -77,7 +80,7 @@ def _evaluate(lake, checkpoint_id: str, suite: SuiteConfig, log) -> str:
         log(f"    {eval_id}: already evaluated")
         return eval_id
     started = time.perf_counter()
-    result = evaluate_checkpoint(lake, checkpoint, suite, asset_key="sweep", log=lambda m: None)
+    result = evaluate_checkpoint(lake, checkpoint, suite, engine, asset_key="sweep", log=lambda m: None)
     main = ", ".join(f"{r['task']}/{r['metric']} {r['value']:.4f}" for r in result.rows if r["metric"] == "all")
     log(f"    {eval_id}: {main} ({time.perf_counter() - started:.1f} s)")
     return result.eval_id

@@ -31,14 +31,14 @@ import json
 import math
 from operator import itemgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict
 from pyiceberg.expressions import EqualTo, In
 
 from factory.evals.results import RESULTS_TABLE as EVALS_TABLE
-from factory.experiments.sweep import Dirichlet, SweepConfig, expand
+from factory.experiments.sweep import SweepConfig, expand
 from factory.lake import CommitStamp, Lake, LineageRecord
 from factory.lake.schemas import SWEEP_RESULTS
 from factory.lake.lineage import SNAPSHOT
@@ -49,7 +49,6 @@ from factory.version import canonical_json, config_hash
 
 RESULTS_TABLE = "sweeps.results"
 STATUSES = ("evaluated", "trained", "pending")
-LOG_SCALE_PARAMS = ("lr",)  # the last segment of a param path plotted on a log axis
 SCORE_COLUMNS = ("task", "metric", "value", "stderr", "eval_id")
 
 
@@ -182,10 +181,34 @@ def ranked(lake: Lake, sweep_name: str) -> list[dict]:
     return [{"rank": rank[e["cell"]], **e} for e in sorted(_entries(rows, rows[0]["ranked_by"]), key=lambda e: rank[e["cell"]])]
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_weights(value: Any) -> bool:
+    """Mix weights (table -> share), as opposed to a whole sub-config's fields (`model`)."""
+    return isinstance(value, dict) and all(_is_number(v) for v in value.values())
+
+
 def _fmt(value: Any) -> str:
-    if isinstance(value, dict):  # mix weights: table -> weight
+    if _is_weights(value):
         return "{" + ", ".join(f"{k.rsplit('.', 1)[-1]}: {v:.3g}" for k, v in value.items()) + "}"
     return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _labels(path: str, values: list[Any]) -> Callable[[Any], str]:
+    """How one param's values read: `path=value`, and a whole sub-config by only the fields that
+    differ among `values` (`model.d_model=64, model.n_heads=2`): all of them would bury those."""
+    configs = [v for v in values if isinstance(v, dict) and not _is_weights(v)]
+    fields = [k for k in dict.fromkeys(k for v in configs for k in v)
+              if len({canonical_json(v.get(k)) for v in configs}) > 1]
+
+    def label(value: Any) -> str:
+        if isinstance(value, dict) and not _is_weights(value):
+            return ", ".join(f"{path}.{k}={_fmt(value.get(k))}" for k in fields or value)
+        return f"{path}={_fmt(value)}"
+
+    return label
 
 
 def counts_line(counts: dict[str, int]) -> str:
@@ -202,12 +225,14 @@ def display_rows(ranking: list[dict]) -> list[list[str]]:
     """Rank, run, params, the metric (± stderr), train loss and status of every cell, as text; a
     cell without a score shows `—` for its rank (it is listed last, not ranked)."""
     lines = []
+    paths = dict.fromkeys(k for e in ranking for k in e["params"])
+    label = {p: _labels(p, [e["params"][p] for e in ranking if p in e["params"]]) for p in paths}
     for e in ranking:
         value = f"{e['value']:.4f}" if scored(e) else "—"
         if scored(e) and e["stderr"] is not None:
             value += f" ± {e['stderr']:.4f}"
         loss = "—" if e["train_loss"] is None else f"{e['train_loss']:.4f}"
-        params = ", ".join(f"{k}={_fmt(v)}" for k, v in e["params"].items())
+        params = ", ".join(label[k](v) for k, v in e["params"].items())
         lines.append([str(e["rank"]) if scored(e) else "—", e["run"], params, value, loss, e["status"]])
     return lines
 
@@ -259,75 +284,8 @@ def write_sweep_results(lake: Lake, sweep: SweepConfig, *, run_id: str = "", ass
 
 
 # -- plotting ---------------------------------------------------------------------------------
-def _mix_tables(sweep: SweepConfig) -> list[str]:
-    values = sweep.params["mix_weights"]
-    if isinstance(values, Dirichlet):
-        return list(values.tables)
-    return list(dict.fromkeys(t for weights in values for t in weights))
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _plot_mix(fig, sweep: SweepConfig, points: list[dict]) -> None:
-    """One scatter of the metric against each table's weight (the auto-mixer's view)."""
-    tables = _mix_tables(sweep)
-    cols = min(4, len(tables))
-    axes = fig.subplots(-(-len(tables) // cols), cols, sharey=True, squeeze=False).ravel()
-    for ax, table in zip(axes, tables):
-        ax.scatter([p["params"]["mix_weights"].get(table, 0.0) for p in points], [p["value"] for p in points])
-        ax.set_xlim(0, 1)
-        ax.set_xlabel(f"weight of {table.rsplit('.', 1)[-1]}")
-    for ax in axes[len(tables):]:
-        ax.set_visible(False)
-    axes[0].set_ylabel(sweep.metric)
-
-
-def _plot_params(fig, sweep: SweepConfig, points: list[dict]) -> None:
-    """The metric against the first param; a grid draws one line per value of the others."""
-    ax = fig.subplots()
-    x, rest = list(sweep.params)[0], list(sweep.params)[1:]
-    numeric = all(_is_number(p["params"][x]) for p in points)
-    groups: dict[str, list[dict]] = {}
-    for p in points:
-        label = ", ".join(f"{r}={_fmt(p['params'][r])}" for r in rest) if sweep.search == "grid" else ""
-        groups.setdefault(label, []).append(p)
-
-    def order(value: Any) -> tuple:  # numbers by value (8 before 16), the rest by text
-        return (0, value, "") if _is_number(value) else (1, 0, _fmt(value))
-
-    for label, group in sorted(groups.items(), key=lambda kv: [order(kv[1][0]["params"][r]) for r in rest]):
-        group.sort(key=lambda p: order(p["params"][x]))
-        xs = [p["params"][x] if numeric else _fmt(p["params"][x]) for p in group]
-        ax.plot(xs, [p["value"] for p in group], marker="o", linestyle="-" if sweep.search == "grid" else "none",
-                label=label or None)
-    xs = [p["params"][x] for p in points]
-    if numeric and xs and min(xs) > 0 and (x.rsplit(".", 1)[-1] in LOG_SCALE_PARAMS or max(xs) / min(xs) >= 100):
-        ax.set_xscale("log")
-    ax.set_xlabel(x)
-    ax.set_ylabel(sweep.metric)
-    if any(groups) and points:
-        ax.legend(fontsize="small")
-
-
 def plot(report_or_rows: SweepReport | list[dict], sweep: SweepConfig, path: str | Path) -> Path:
-    """A PNG of the sweep's metric against what it varies (mix weights: one panel per table)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg  # Agg directly: no pyplot, no global backend
-    from matplotlib.figure import Figure
+    """A PNG of the sweep's metric against what it varies (`factory.experiments.sweep_plot`)."""
+    from factory.experiments.sweep_plot import plot as draw  # matplotlib only once something is drawn
 
-    ranking = report_or_rows.ranking if isinstance(report_or_rows, SweepReport) else _ranking(
-        report_or_rows, sweep.metric, sweep.better)
-    points = [e for e in ranking if scored(e)]
-    mix = "mix_weights" in sweep.params
-    panels = len(_mix_tables(sweep)) if mix else 1
-    fig = Figure(figsize=(3.2 * min(4, panels), 3.2 * -(-panels // 4)) if mix else (6, 4), layout="constrained")
-    FigureCanvasAgg(fig)
-    (_plot_mix if mix else _plot_params)(fig, sweep, points)
-    if not points:
-        fig.text(0.5, 0.5, "no evaluated cells yet", ha="center", va="center")
-    fig.suptitle(f"{sweep.name}: {sweep.metric} ({sweep.better} is better), {len(points)}/{len(ranking)} cells scored")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    return path
+    return draw(report_or_rows, sweep, path)

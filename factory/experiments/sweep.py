@@ -7,10 +7,12 @@ A sweep file in `configs/sweeps/` returns a `SweepConfig`:
 
 `params` maps a field path of the base's class to a list of values (grid: the product; random:
 a seeded choice per cell), to `Uniform`/`LogUniform` (random only), or — for `mix_weights` — to
-`Dirichlet` over the mix's tables (the auto-mixer's proxies). Every cell is the base with its
-values, validated as the base's own class, so exactly like a hand-written config; its run name is
-the sweep name plus the cell's identity hash (`Cell.run`), so a cell is reproducible from its
-config and an unchanged cell is never run twice.
+`Dirichlet` over the mix's tables (the auto-mixer's proxies). A value may be a whole sub-config
+(`"model": [ModelConfig(...), ...]`); a later, deeper path (`model.mup_base_width`) then sets a
+field of the chosen one. Every cell is the base with its values, validated as the base's own
+class, so exactly like a hand-written config; its run name is the sweep name plus the cell's
+identity hash (`Cell.run`), so a cell is reproducible from its config and an unchanged cell is
+never run twice.
 
 The base is a pre-training `ExperimentConfig` (cells are `training_run` partitions) or an
 `RLConfig` (cells are `rl_run` partitions). An RL cell's config is *named* its run name
@@ -269,6 +271,9 @@ def expand(sweep: SweepConfig) -> list[Cell]:
     base = sweep.base.model_dump()
     cells, seen = [], {}
     for i, point in enumerate(points):
+        # a whole sub-config as a value (`"model": [ModelConfig(...), ...]`) travels as its JSON fields,
+        # so a cell's params serialize (run source, sweeps.results) and a deeper path can set into it
+        point = {p: v.model_dump(mode="json") if isinstance(v, BaseModel) else v for p, v in point.items()}
         data = {**base, "name": sweep.name}
         for path, value in point.items():
             data = _set(data, path, value)

@@ -1,10 +1,12 @@
 """Sweep configs and their cells, and the discovery of experiment and sweep files. Pure CPU, no
 lake: grid order and run names, seeded random and Dirichlet draws (rounded weights summing to
-1), budget and field-path errors, and fresh discovery (edits seen at once, errors per file)."""
+1), budget and field-path errors, fresh discovery (edits seen at once, errors per file), and a
+whole sub-config as a value (the muP sweep's widths, with a deeper path set on each)."""
 
 import pytest
 
 from configs.experiments.smoke import smoke
+from configs.sweeps.mup_lr import mup_lr
 from factory.experiments import ExperimentError
 from factory.experiments.registry import discover_experiments, discover_sweeps, get_experiment
 from factory.experiments.sweep import (
@@ -88,3 +90,22 @@ def test_the_shipped_configs_load():
     assert not experiments.errors and not sweeps.errors
     assert {"smoke", "smoke_ddp"} <= set(experiments.found) and {"smoke_lr", "automix"} <= set(sweeps.found)
     assert len(expand(sweeps.found["automix"].config)) >= 16
+
+
+def test_mup_sweep_cells_are_widths_by_parametrization_by_lr():
+    sweep = mup_lr()
+    cells = expand(sweep)
+    lrs = sweep.params["optimizer.lr"]
+    assert len(lrs) >= 5 and all(b == pytest.approx(2 * a) for a, b in zip(lrs, lrs[1:]))  # log-spaced, factor 2
+    got = [(c.experiment.optimizer.lr, c.experiment.model.d_model, c.experiment.model.n_heads,
+            c.experiment.model.mup_base_width) for c in cells]
+    assert got == [(lr, d, d // 32, base) for lr in lrs for d in (64, 128, 256) for base in (None, 64)]
+    assert all(c.experiment.model.head_dim == 32 and c.experiment.model.n_layers == 2 for c in cells)
+    assert {c.experiment.model.width_multiplier for c in cells} == {1.0, 2.0, 4.0}
+    assert all(c.experiment.eval_suite == "heldout" and c.experiment.eval_every == c.experiment.steps for c in cells)
+    assert len({c.run for c in cells}) == len(cells)  # muP at width 64 is its own run, though the same model
+    last = cells[-1]  # a whole ModelConfig value is carried as its JSON fields; the deeper path set on it
+    assert last.params["model"] == {**last.experiment.model.model_dump(mode="json"), "mup_base_width": None}
+    assert sweep.budget.max_runs >= len(cells)
+    tokens = sum(c.experiment.steps * c.experiment.global_batch * 256 for c in cells)  # the default mix's seq_len
+    check_token_budget(sweep, [tokens])

@@ -1,6 +1,8 @@
 """`sweeps.results` (factory/experiments/results.py): collecting a sweep's cells with their final
 eval scores, ranking them, replacing the sweep's rows, the lineage row, reading the ranking back
-and the PNG plots. Runs on CPU in a few seconds: no model is trained — checkpoint and eval rows are
+and the PNG plots (factory/experiments/sweep_plot.py; a grid over a whole `model` and a field of
+it: labelled by the fields that differ, one panel per value of the last param, a star at each
+line's best). Runs on CPU in a few seconds: no model is trained — checkpoint and eval rows are
 written with the project's own writers (the `run_rows` fixture) into a real embedded
 lake (`lake` fixture: sqlite catalog under tmp_path), since collecting only reads those tables.
 """
@@ -11,9 +13,10 @@ import pytest
 
 from configs.experiments.smoke import smoke
 from factory.evals.results import eval_id_of
-from factory.experiments.results import RESULTS_TABLE, collect, plot, ranked, write_sweep_results
+from factory.experiments.results import RESULTS_TABLE, collect, display_rows, plot, ranked, write_sweep_results
 from factory.experiments.sweep import Dirichlet, SweepConfig, expand
-from factory.train.config import CheckpointConfig
+from factory.experiments.sweep_plot import _plot_params
+from factory.train.config import CheckpointConfig, ModelConfig
 
 PNG = b"\x89PNG\r\n\x1a\n"
 TABLES = ("refined.python_stdlib", "refined.site_packages", "refined.package_docs")
@@ -130,3 +133,28 @@ def test_plot_with_nothing_evaluated(lake, tmp_path):
     report = write_sweep_results(lake, sweep)
     assert report.best is None and report.counts["pending"] == 3
     assert plot(report, sweep, tmp_path / "empty.png").read_bytes().startswith(PNG)
+
+
+def test_a_model_grid_reads_by_the_fields_that_differ_and_plots_a_panel_per_last_value(lake, run_rows, tmp_path):
+    from matplotlib.figure import Figure
+
+    widths = [ModelConfig(d_model=d, n_layers=1, n_heads=d // 32, max_seq_len=256) for d in (64, 128)]
+    sweep = lr_sweep("widths", **{"optimizer.lr": [1e-3, 2e-3], "model": widths, "model.mup_base_width": [None, 64]})
+    for i, cell in enumerate(expand(sweep)):
+        run_rows.evaluate(lake, cell.run, 4, {"all": 3.0 - i / 10})
+    report = write_sweep_results(lake, sweep)
+    by_run = {row[1]: row[2] for row in display_rows(report.ranking)}
+    cell = expand(sweep)[3]  # lr 1e-3, width 128, muP
+    assert by_run[cell.run] == "model.d_model=128, model.n_heads=4, model.mup_base_width=64, optimizer.lr=0.001"
+    fig = Figure()
+    _plot_params(fig, sweep, [e for e in report.ranking])
+    axes = fig.get_axes()
+    assert [ax.get_title() for ax in axes] == ["model.mup_base_width=None", "model.mup_base_width=64"]
+    assert [t.get_text() for t in axes[0].get_legend().get_texts()] == [
+        "model.d_model=64, model.n_heads=2", "model.d_model=128, model.n_heads=4"]
+    curves = [[line for line in ax.get_lines() if line.get_marker() == "o"] for ax in axes]  # "*": each optimum
+    assert axes[0].get_xscale() == "log" and [len(c) for c in curves] == [2, 2]
+    assert list(curves[1][1].get_ydata()) == pytest.approx([2.7, 2.3])  # width 128 muP: cells 3 and 7
+    stars = [line for line in axes[1].get_lines() if line.get_marker() == "*"]
+    assert [list(line.get_ydata()) for line in stars] == [pytest.approx([2.5]), pytest.approx([2.3])]
+    assert plot(report, sweep, tmp_path / "widths.png").read_bytes().startswith(PNG)
