@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from kernels import triton_available, triton_runs_on
 
 IGNORE_INDEX = -100
-CHUNK = 2048  # vocabulary rows per chunk on the PyTorch path: [N, 2048] fp32 logits at a time
+CHUNK = 1024  # vocabulary rows per chunk on the PyTorch path: [N, 1024] fp32 at a time (measured: 512-1024 fastest on CPU)
 
 
 def reference(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, *, scale: float = 1.0,
@@ -73,17 +73,17 @@ class _Chunked(torch.autograd.Function):
             m = torch.full((n,), -math.inf, device=h.device)
             s = torch.zeros(n, device=h.device)
             picked = torch.zeros(n, device=h.device)
-            for start in range(0, weight.shape[0], chunk):
+            for start in range(0, weight.shape[0], chunk):  # in-place on the chunk: one [N, chunk] buffer
                 z = h32 @ weight[start:start + chunk].float().T
                 if scale != 1.0:
-                    z = z * scale
+                    z.mul_(scale)
                 width = z.shape[1]
-                m_new = torch.maximum(m, z.amax(dim=1))
-                s = s * torch.exp(m - m_new) + torch.exp(z - m_new[:, None]).sum(dim=1)
-                m = m_new
                 inside = (tgt >= start) & (tgt < start + width)
                 at = (tgt - start).clamp(0, width - 1)[:, None]
                 picked = picked + torch.where(inside, z.gather(1, at)[:, 0], 0.0)
+                m_new = torch.maximum(m, z.amax(dim=1))
+                s = s * torch.exp(m - m_new) + z.sub_(m_new[:, None]).exp_().sum(dim=1)
+                m = m_new
             lse = m + torch.log(s)
             loss = torch.where(valid, lse - picked, 0.0)
         ctx.save_for_backward(h, weight, tgt, valid, lse)
@@ -103,13 +103,15 @@ class _Chunked(torch.autograd.Function):
             for start in range(0, weight.shape[0], chunk):
                 w32 = weight[start:start + chunk].float()
                 z = h32 @ w32.T
-                p = torch.exp((z * scale if scale != 1.0 else z) - lse[:, None])  # softmax over the whole vocabulary
+                if scale != 1.0:
+                    z.mul_(scale)
+                p = z.sub_(lse[:, None]).exp_()  # softmax over the whole vocabulary, in place
                 width = p.shape[1]
                 inside = (tgt >= start) & (tgt < start + width)
-                p = p.index_put((rows, (tgt - start).clamp(0, width - 1)), -inside.float(), accumulate=True)
-                d = p * g[:, None]
-                grad_h = grad_h + d @ w32
-                grad_w[start:start + width] = d.T @ h32
+                p.index_put_((rows, (tgt - start).clamp(0, width - 1)), -inside.float(), accumulate=True)
+                p.mul_(g[:, None])
+                grad_h.addmm_(p, w32)
+                grad_w[start:start + width] = p.T @ h32
         return grad_h.to(h.dtype), grad_w.to(weight.dtype), None, None, None, None
 
 
