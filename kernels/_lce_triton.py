@@ -14,8 +14,12 @@ are not rounded to TF32). Three kernels, each recomputing the logits it needs in
   times h's tile is added into its rows of grad_W (fp32).
 
 Each output row belongs to one program, so its adds (atomic, for memory ordering between the
-loop's iterations) arrive in program order: the result does not depend on scheduling.
-Helpers are inlined: the interpreter cannot call one `@triton.jit` function from another here.
+loop's iterations) arrive in program order: the result does not depend on scheduling. The three
+share `_logits` (a tile), `_logit_grad` and `_token_block`.
+
+`UPCAST` casts tiles to fp32 before `tl.dot`: always in the interpreter (its bf16 dot is wrong)
+and for fp32 inputs; bf16/fp16 on CUDA go to the tensor cores as they are (exact products, fp32
+sums either way).
 """
 
 from __future__ import annotations
@@ -30,6 +34,38 @@ BLOCK_N, BLOCK_V, BLOCK_D = 32, 64, 32
 
 
 @triton.jit
+def _logits(H, W, rows, row_ok, cols, col_ok, D, stride_h, stride_w, scale,
+            BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_D: tl.constexpr, UPCAST: tl.constexpr):
+    """The [BLOCK_N, BLOCK_V] tile of scale * h @ W.T, summed over d_model in fp32; -inf outside V."""
+    z = tl.zeros([BLOCK_N, BLOCK_V], tl.float32)
+    for d0 in range(0, D, BLOCK_D):
+        ks = d0 + tl.arange(0, BLOCK_D)
+        k_ok = ks < D
+        h = tl.load(H + rows[:, None] * stride_h + ks[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+        w = tl.load(W + cols[:, None] * stride_w + ks[None, :], mask=col_ok[:, None] & k_ok[None, :], other=0.0)
+        if UPCAST:
+            h, w = h.to(tl.float32), w.to(tl.float32)
+        z = tl.dot(h, tl.trans(w), z, input_precision="ieee")
+    return tl.where(col_ok[None, :], z * scale, float("-inf"))
+
+
+@triton.jit
+def _logit_grad(z, lse, g, t, cols):
+    """d loss / d (unscaled logits) of a tile: (softmax - onehot(target)) * grad * scale (in `g`)."""
+    p = tl.exp(z - lse[:, None])  # 0 outside V, where z is -inf
+    return (p - tl.where(cols[None, :] == t[:, None], 1.0, 0.0)) * g[:, None]
+
+
+@triton.jit
+def _token_block(T, LSE, G, rows, row_ok, scale, ignore_index):
+    """A token block's targets, logsumexps and upstream gradients (0 where ignored or past N, times scale)."""
+    t = tl.load(T + rows, mask=row_ok, other=ignore_index)
+    lse = tl.load(LSE + rows, mask=row_ok, other=0.0)
+    g = tl.load(G + rows, mask=row_ok, other=0.0)
+    return t, lse, tl.where(row_ok & (t != ignore_index), g, 0.0) * scale
+
+
+@triton.jit
 def _forward(H, W, T, LSE, LOSS, N, V, D, stride_h, stride_w, scale, ignore_index,
              BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_D: tl.constexpr, UPCAST: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -40,17 +76,8 @@ def _forward(H, W, T, LSE, LOSS, N, V, D, stride_h, stride_w, scale, ignore_inde
     picked = tl.zeros([BLOCK_N], tl.float32)
     for v0 in range(0, V, BLOCK_V):
         cols = v0 + tl.arange(0, BLOCK_V)
-        col_ok = cols < V
-        z = tl.zeros([BLOCK_N, BLOCK_V], tl.float32)
-        for d0 in range(0, D, BLOCK_D):
-            ks = d0 + tl.arange(0, BLOCK_D)
-            k_ok = ks < D
-            h = tl.load(H + rows[:, None] * stride_h + ks[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-            w = tl.load(W + cols[:, None] * stride_w + ks[None, :], mask=col_ok[:, None] & k_ok[None, :], other=0.0)
-            if UPCAST:
-                h, w = h.to(tl.float32), w.to(tl.float32)
-            z = tl.dot(h, tl.trans(w), z, input_precision="ieee")
-        z = tl.where(col_ok[None, :], z * scale, float("-inf"))
+        z = _logits(H, W, rows, row_ok, cols, cols < V, D, stride_h, stride_w, scale,
+                    BLOCK_N, BLOCK_V, BLOCK_D, UPCAST)
         m_new = tl.maximum(m, tl.max(z, axis=1))
         s = s * tl.exp(m - m_new) + tl.sum(tl.exp(z - m_new[:, None]), axis=1)
         m = m_new
@@ -66,24 +93,12 @@ def _grad_h(H, W, T, LSE, G, GH, N, V, D, stride_h, stride_w, scale, ignore_inde
             BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_D: tl.constexpr, UPCAST: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < N
-    t = tl.load(T + rows, mask=row_ok, other=ignore_index)
-    lse = tl.load(LSE + rows, mask=row_ok, other=0.0)
-    g = tl.load(G + rows, mask=row_ok, other=0.0)
-    g = tl.where(row_ok & (t != ignore_index), g, 0.0) * scale
+    t, lse, g = _token_block(T, LSE, G, rows, row_ok, scale, ignore_index)
     for v0 in range(0, V, BLOCK_V):
         cols = v0 + tl.arange(0, BLOCK_V)
         col_ok = cols < V
-        z = tl.zeros([BLOCK_N, BLOCK_V], tl.float32)
-        for d0 in range(0, D, BLOCK_D):
-            ks = d0 + tl.arange(0, BLOCK_D)
-            k_ok = ks < D
-            h = tl.load(H + rows[:, None] * stride_h + ks[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-            w = tl.load(W + cols[:, None] * stride_w + ks[None, :], mask=col_ok[:, None] & k_ok[None, :], other=0.0)
-            if UPCAST:
-                h, w = h.to(tl.float32), w.to(tl.float32)
-            z = tl.dot(h, tl.trans(w), z, input_precision="ieee")
-        p = tl.where(col_ok[None, :], tl.exp(z * scale - lse[:, None]), 0.0)
-        dz = (p - tl.where(cols[None, :] == t[:, None], 1.0, 0.0)) * g[:, None]
+        z = _logits(H, W, rows, row_ok, cols, col_ok, D, stride_h, stride_w, scale, BLOCK_N, BLOCK_V, BLOCK_D, UPCAST)
+        dz = _logit_grad(z, lse, g, t, cols)
         for d0 in range(0, D, BLOCK_D):
             ks = d0 + tl.arange(0, BLOCK_D)
             k_ok = ks < D
@@ -101,21 +116,9 @@ def _grad_w(H, W, T, LSE, G, GW, N, V, D, stride_h, stride_w, scale, ignore_inde
     for n0 in range(0, N, BLOCK_N):
         rows = n0 + tl.arange(0, BLOCK_N)
         row_ok = rows < N
-        t = tl.load(T + rows, mask=row_ok, other=ignore_index)
-        lse = tl.load(LSE + rows, mask=row_ok, other=0.0)
-        g = tl.load(G + rows, mask=row_ok, other=0.0)
-        g = tl.where(row_ok & (t != ignore_index), g, 0.0) * scale
-        z = tl.zeros([BLOCK_N, BLOCK_V], tl.float32)
-        for d0 in range(0, D, BLOCK_D):
-            ks = d0 + tl.arange(0, BLOCK_D)
-            k_ok = ks < D
-            h = tl.load(H + rows[:, None] * stride_h + ks[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-            w = tl.load(W + cols[:, None] * stride_w + ks[None, :], mask=col_ok[:, None] & k_ok[None, :], other=0.0)
-            if UPCAST:
-                h, w = h.to(tl.float32), w.to(tl.float32)
-            z = tl.dot(h, tl.trans(w), z, input_precision="ieee")
-        p = tl.where(col_ok[None, :], tl.exp(z * scale - lse[:, None]), 0.0)
-        dz = (p - tl.where(cols[None, :] == t[:, None], 1.0, 0.0)) * g[:, None]
+        t, lse, g = _token_block(T, LSE, G, rows, row_ok, scale, ignore_index)
+        z = _logits(H, W, rows, row_ok, cols, col_ok, D, stride_h, stride_w, scale, BLOCK_N, BLOCK_V, BLOCK_D, UPCAST)
+        dz = _logit_grad(z, lse, g, t, cols)
         for d0 in range(0, D, BLOCK_D):
             ks = d0 + tl.arange(0, BLOCK_D)
             k_ok = ks < D

@@ -1,5 +1,5 @@
 """The fused LM head + cross-entropy (`kernels.linear_cross_entropy`) against its fp32 reference,
-the numerics lesson it exists for, and the model with it. Runs on CPU in a few seconds.
+the numerics lesson it exists for, and the model with it. Runs on CPU in about 30 s (the sm_90 compiles take most of it).
 
 - `chunked` (the PyTorch path `launch` takes off CUDA) equals `reference` in losses and in both
   gradients: fp32 and bf16 inputs, the muP logit scale, ignored targets, a chunk that does not
@@ -9,7 +9,8 @@ the numerics lesson it exists for, and the model with it. Runs on CPU in a few s
   error stays at float rounding, at every scale;
 - `Transformer(fused_loss=True)` gives the unfused model's loss and gradients, and under
   `torch.compile` both are one graph, loss included (no graph break);
-- bad shapes and dtypes are refused with a message naming them.
+- bad shapes and dtypes are refused with a message naming them;
+- the Triton kernels compile for sm_90 (an H200) with no GPU, the bf16 path on tensor cores.
 
 The Triton kernels are checked against the same reference in Triton's interpreter
 (tests/kernels/interpreted, run by test_triton_interpreted.py); the trainer's loss curve with
@@ -135,3 +136,29 @@ def test_bad_inputs_are_named():
         lce.launch(h[None], w, t)
     with pytest.raises(RuntimeError, match="the Triton path needs CUDA"):
         lce.triton_kernel(h, w, t)
+
+
+@pytest.mark.filterwarnings("ignore:TRITON_DEFAULT_FP_FUSION")
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+def test_triton_kernels_compile_for_sm90(dtype):
+    """The CUDA build of the three kernels, for an H200 (sm_90), with no GPU: bf16 takes the
+    tensor-core path (no fp32 cast before `tl.dot`), which the interpreter never runs."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    from kernels import _lce_triton as kt
+
+    assert isinstance(kt._forward, triton.runtime.JITFunction), "triton was imported under TRITON_INTERPRET=1"
+    tensors = {"H": f"*{dtype}", "W": f"*{dtype}", "T": "*i64", "LSE": "*fp32", "LOSS": "*fp32", "G": "*fp32",
+               "GH": "*fp32", "GW": "*fp32"}
+    scalars = {"N": "i32", "V": "i32", "D": "i32", "stride_h": "i32", "stride_w": "i32", "scale": "fp32",
+               "ignore_index": "i32"}
+    constants = {"BLOCK_N": 64, "BLOCK_V": 64, "BLOCK_D": 32, "UPCAST": dtype == "fp32"}
+    for kernel in (kt._forward, kt._grad_h, kt._grad_w):
+        signature = {name: tensors.get(name) or scalars.get(name) or "constexpr" for name in kernel.arg_names}
+        compiled = triton.compile(triton.compiler.ASTSource(kernel, signature, constants),
+                                  target=GPUTarget("cuda", 90, 32))
+        ptx = compiled.asm["ptx"]
+        assert ".target sm_90" in ptx
+        if dtype == "bf16" and kernel is kt._forward:
+            assert "mma" in ptx or "wgmma" in ptx, "the bf16 logits tile should use the tensor cores"
