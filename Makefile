@@ -80,12 +80,12 @@ demo:
 
 # The suite in two pytest processes: the tests that time CPU, wall clocks and signals first, alone
 # (the sandbox's limits, preemption); then the server tiers (tests/deploy: the image, clusters; the environment images; tests/
-# integration: the demo home, dagster dev, Postgres, Prometheus), mostly waiting on what they start,
-# beside everything else. Both use pytest's numbered temp directories under /tmp/pytest-of-<user> (a
+# integration: the demo home, dagster dev, Postgres, Prometheus; tests/podium: uvicorn and Chromium), mostly
+# waiting on what they start, with tests/kernels to even the two processes' lengths, beside everything else. Both use pytest's numbered temp directories under /tmp/pytest-of-<user> (a
 # session's directory is locked while it runs, so the other's cleanup leaves it alone); the server
 # tiers' output follows the rest's; the target fails when either does.
 PYTEST := $(BIN)/python -m pytest -q -ra -p no:cacheprovider
-SERVER_TESTS := tests/deploy tests/envs/test_env_image.py tests/integration
+SERVER_TESTS := tests/deploy tests/envs/test_env_image.py tests/integration tests/podium tests/kernels
 ALONE_TESTS := tests/sandbox tests/train/test_preempt.py
 test: setup
 	$(PYTEST) $(ALONE_TESTS)
