@@ -18,7 +18,10 @@ Design, and why:
   left-out predictions with actual losses, since ranking mixes is all the search needs.
 - `propose` searches as RegMix does: candidates come from the proxies' own Dirichlet (the fit is
   only trusted where proxies were), and the top_k best are averaged instead of taking the argmin,
-  which would chase the fit's error into a corner of the simplex.
+  which would chase the fit's error into a corner of the simplex. Candidates are also kept inside
+  the proxies' range of each table's weight (when at least top_k are): 16 proxies over 4 tables
+  leave the Dirichlet's corners unsampled, and a quadratic's optimum there is extrapolation (seen
+  on the designed case: 0.90 on one source where no proxy went past 0.6).
 - `register_proposal` goes through `register_mix_version`, the one way a mix version comes to be.
 """
 
@@ -146,6 +149,10 @@ def propose(results: Sequence[ProxyResult], tables: Sequence[str], *, prior: Seq
         raise AutomixError(f"automix: bad search distribution: {e}") from None
     centre = np.array(dist.prior or [1.0] * len(tables))
     W = np.random.default_rng(seed).dirichlet(dist.alpha * len(tables) * centre / centre.sum(), size=candidates)
+    seen, _ = _data(results, tables)  # the trust region: each table's weight within the proxies' range
+    inside = ((W >= seen.min(axis=0)) & (W <= seen.max(axis=0))).all(axis=1)
+    if inside.sum() >= top_k:
+        W = W[inside]
     top = np.argsort(regression.predict(W), kind="stable")[:top_k]
     weights = round_weights(dict(zip(tables, W[top].mean(axis=0).tolist())))
     predicted, uniform = regression.predict(np.array([list(weights.values()), [1 / len(tables)] * len(tables)]))
