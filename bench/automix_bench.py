@@ -15,6 +15,10 @@ Designed case (default): the answer is known.
    the proposal beats uniform by more than the seed spread (spread = max - min over seeds; "beats"
    = the gap of the means exceeds both arms' spreads).
 
+`--case code`: the plainest designed case, one real source (`refined.site_packages`) plus the same
+junk (mix `code_with_junk`, sweep `automix_junk_code`: 8 proxies, scored by suite `heldout_code`),
+where the uniform mix is half junk.
+
 `--real`: the same on the real corpus (`automix_cheap`: the default mix's three sources, more and
 cheaper proxies than `automix`'s 16 of 60 steps, scored on `heldout`), reported as it comes out.
 
@@ -36,7 +40,7 @@ import torch
 
 from configs.evals import suite
 from configs.mixes import mix_spec
-from configs.sweeps.automix_junk import automix_cheap, automix_junk
+from configs.sweeps.automix_junk import automix_cheap, automix_junk, automix_junk_code
 from factory import settings
 from factory.data.junk import JunkConfig, build_junk_table
 from factory.experiments.automix import propose_from_sweep
@@ -111,6 +115,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--home", default=None, help="factory home (default: $FACTORY_HOME, else ./.factory)")
     parser.add_argument("--real", action="store_true", help="rerun on the real corpus (automix_cheap) instead")
+    parser.add_argument("--case", choices=["default", "code"], default="default",
+                        help="designed case: the default mix's 3 sources + junk, or one source (site_packages) + junk")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per arm of the check (default 3)")
     parser.add_argument("--check-steps", type=int, default=None, help="steps of the check runs (default: the proxy's)")
     parser.add_argument("--fit-only", action="store_true", help="train no proxy: fit the ones the lake has scored")
@@ -127,9 +133,10 @@ def main() -> None:
     else:
         junk = build_junk_table(lake, JUNK, log=print)
         print(f"{junk.version_id}: {junk.rows} documents, {junk.bytes:,} bytes; skipped {junk.skipped}")
-        version, created = register_mix_version(lake, mix_spec("default_with_junk"), asset_key="bench", log=print)
+        mix = "code_with_junk" if args.case == "code" else "default_with_junk"
+        version, created = register_mix_version(lake, mix_spec(mix), asset_key="bench", log=print)
         print(f"{version.version_id}: {'registered' if created else 'unchanged'}")
-        sweep = automix_junk()
+        sweep = automix_junk_code() if args.case == "code" else automix_junk()
     run_case(lake, sweep, seeds=args.seeds, steps=args.check_steps, engine=EngineConfig(kind=args.engine),
              train_proxies=not args.fit_only)
 

@@ -56,6 +56,15 @@ def heldout_default() -> SuiteConfig:
                                                       "sources": tuple(mix_spec("default").weights)}])
 
 
+def heldout_code() -> SuiteConfig:
+    """`heldout` on `refined.site_packages` alone: how the one-source designed case
+    (`automix_junk_code` over mix `code_with_junk`) ranks its proxies, junk left out of the score."""
+    from factory.evals import SuiteConfig
+
+    return SuiteConfig(name="heldout_code", tasks=[{"task": "bpb", "max_docs": 16, "max_bytes_per_doc": 2048,
+                                                   "sources": ("refined.site_packages",)}])
+
+
 def repo_tasks() -> SuiteConfig:
     """Function completion on repositories' own tests: greedy pass@1 through the task engine."""
     from factory.evals import SuiteConfig
@@ -64,7 +73,7 @@ def repo_tasks() -> SuiteConfig:
 
 
 SUITES = {"default": default, "quick": quick, "heldout": heldout, "heldout_default": heldout_default,
-          "repo_tasks": repo_tasks}
+          "heldout_code": heldout_code, "repo_tasks": repo_tasks}
 
 
 def suite(name: str) -> SuiteConfig:

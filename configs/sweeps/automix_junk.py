@@ -54,6 +54,20 @@ def automix_junk() -> SweepConfig:
     )
 
 
+def automix_junk_code() -> SweepConfig:
+    """The plainest designed case: one real source (`refined.site_packages`) and the junk, so the
+    uniform mix is half junk and the answer (junk ~ 0) is worth far more than a seed's noise."""
+    return SweepConfig(
+        name="automix_junk_code",
+        description="RegMix's plainest designed case: installed packages' code plus repeated-line junk; proxies "
+                    "scored on the code's held-out bits per byte. The fit must give junk a small weight.",
+        base=_cheap_proxy("automix_junk_code", "code_with_junk", JUNK_STEPS, "heldout_code"),
+        search="random", samples=8, seed=0,
+        params={"mix_weights": Dirichlet(tables=tuple(mix_spec("code_with_junk").weights), alpha=1.0)},
+        budget=SweepBudget(max_runs=16, max_tokens=4_000_000),
+    )
+
+
 def automix_cheap() -> SweepConfig:
     return SweepConfig(
         name="automix_cheap",

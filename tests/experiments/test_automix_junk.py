@@ -10,7 +10,8 @@ pinned source snapshots and no held-out source document, is idempotent, and mix
 `default_with_junk` (its YAML validates) registers over it; `junk.uniform_words` draws no word only
 held-out documents have; on synthetic proxies where one table only displaces the useful ones, RegMix's
 proposal gives it a small weight and beats the uniform mix in truth; the `automix_junk` sweep
-scores proxies on the real sources only. CPU only: numpy for the fit, a sqlite lake
+scores proxies on the real sources only, and `automix_junk_code` (mix `code_with_junk`) on its one
+real source. CPU only: numpy for the fit, a sqlite lake
 (`build_training_lake`, ~3 s) for the table. No training (bench/automix_bench.py trains).
 """
 
@@ -28,7 +29,7 @@ from factory.data.junk import (CYRILLIC, JunkConfig, build_junk_table, foreign_c
                                uniform_words, word_types)
 from factory.data.split import is_heldout
 from factory.experiments.automix import ProxyResult, fit, propose
-from factory.experiments.sweep import Dirichlet
+from factory.experiments.sweep import Dirichlet, expand
 from factory.lake.scan import pin_snapshot, stream_snapshot
 from factory.mix import register_mix_version
 
@@ -222,3 +223,15 @@ def test_the_junk_sweep_ranks_proxies_on_the_real_sources_only():
     assert sweep.base.mix == "default_with_junk" and sweep.base.eval_suite == "heldout_default"
     (task,) = suite("heldout_default").tasks
     assert task.sources == REAL  # bpb/all is then the byte-weighted mean over these three
+
+
+def test_the_one_source_junk_sweep_ranks_proxies_on_that_source_only():
+    from configs.sweeps.automix_junk import automix_junk_code
+
+    sweep = automix_junk_code()
+    assert sweep.params["mix_weights"].tables == ("refined.site_packages", JUNK)
+    assert sweep.base.mix == "code_with_junk" and sweep.base.eval_suite == "heldout_code"
+    assert set(mix_spec("code_with_junk").weights) == {"refined.site_packages", JUNK}
+    (task,) = suite("heldout_code").tasks
+    assert task.sources == ("refined.site_packages",)
+    assert len(expand(sweep)) == 8

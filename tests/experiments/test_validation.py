@@ -104,12 +104,12 @@ def test_eval_suite_is_checked_when_the_experiment_is_built(tmp_path):
     with pytest.raises(ValidationError) as e:
         smoke().derive(eval_suite="heldot")
     assert validation_message(e.value) == ("eval_suite: unknown eval suite 'heldot'; configs/evals.py defines "
-                                           "['default', 'heldout', 'heldout_default', 'quick', 'repo_tasks']")
+                                           "['default', 'heldout', 'heldout_code', 'heldout_default', 'quick', 'repo_tasks']")
     (tmp_path / "a.py").write_text("from configs.experiments.smoke import smoke\n\n\n"
                                    "def typo_suite():\n    return smoke().derive(name='t', eval_suite='heldot')\n")
     assert discover_experiments(tmp_path).errors == [
         "a.py:typo_suite: invalid experiment: eval_suite: unknown eval suite 'heldot'; configs/evals.py defines "
-        "['default', 'heldout', 'heldout_default', 'quick', 'repo_tasks']"]
+        "['default', 'heldout', 'heldout_code', 'heldout_default', 'quick', 'repo_tasks']"]
     # a checkpoint's stored plan still loads after its suite is renamed (evaluating it then fails by name)
     base = smoke()
     plan = Plan(experiment=base, model=base.model.model_copy(update={"vocab_size": 512}), mix_version="mix/default@v1",
