@@ -5,7 +5,7 @@ document of one repeated word or character is refused and counted by reason);
 `foreign_characters` moves them into the Cyrillic block; `uniform_words` (`uniform_tokens`)
 replaces every word (token) by a type of the sources drawn uniformly (deterministic, same
 whitespace skeleton or token count, only types seen twice); `repeated_line` repeats a document's
-first line; `build_junk_table` writes `junk.repeated_line` (the designed case's) with lineage to the
+first line, `repeated_word` its first word; `build_junk_table` writes `junk.repeated_line` (the designed case's) with lineage to the
 pinned source snapshots and no held-out source document, is idempotent, and mix
 `default_with_junk` (its YAML validates) registers over it; `junk.uniform_words` draws no word only
 held-out documents have; on synthetic proxies where one table only displaces the useful ones, RegMix's
@@ -25,7 +25,7 @@ import numpy as np
 from configs.evals import suite
 from configs.mixes import mix_spec
 from factory.data.junk import (CYRILLIC, JunkConfig, build_junk_table, foreign_characters, junk_rows,
-                               repeated_line, shuffle_characters, shuffle_words, token_types, uniform_tokens,
+                               repeated_line, repeated_word, shuffle_characters, shuffle_words, token_types, uniform_tokens,
                                uniform_words, word_types)
 from factory.data.split import is_heldout
 from factory.experiments.automix import ProxyResult, fit, propose
@@ -112,6 +112,13 @@ def test_uniform_tokens_draw_the_corpus_token_types_as_many_as_the_document_has(
     assert junk == uniform_tokens(CODE, "doc-1", tokenizer, types) != uniform_tokens(CODE, "doc-2", tokenizer, types)
     assert len(junk) == len(CODE) and {ord(c) for c in junk} <= set(types)
     assert uniform_tokens("", "k", tokenizer, types) is None
+
+
+def test_a_repeated_word_is_the_first_word_over_the_document_length():
+    junk = repeated_word(CODE)
+    first = CODE.split()[0]
+    assert set(junk.split()) == {first} and len(junk) >= len(CODE) and junk == repeated_word(CODE)
+    assert repeated_word(" \n\t ") is None and repeated_word("") is None
 
 
 def test_a_repeated_line_is_the_first_line_over_the_document_length():
