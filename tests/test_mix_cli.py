@@ -149,7 +149,7 @@ def test_show_unregistered_mix_is_a_user_error(registered_home, capsys):
 
 def test_register_unknown_spec_names_it_and_the_known_ones(registered_home, capsys):
     assert_user_error(*run(capsys, registered_home, "register", "nope"),
-                      "no mix spec 'nope'", "code_curriculum, default")
+                      "no mix spec 'nope'", "code_curriculum, code_with_junk, default")
 
 
 def test_register_before_any_tokenizer_names_the_tokenizer(tmp_path, capsys, corpus):
