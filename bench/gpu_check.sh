@@ -7,7 +7,7 @@
 #      vLLM's CUDA build against our model and transformers in fp32 (tests/infer/test_gpu.py);
 #      a skipped test fails the check: on a GPU machine nothing may skip;
 #   2. numbers: the fused head against the unfused one at vocab 8k/32k/128k (time with CUDA events,
-#      peak memory), and the replica hash of a 124 M-parameter bucket against a bf16 step of it;
+#      peak memory);
 #   3. bench/hash_bench.py --device cuda: the hash kernel equal to the reference on 72 tensors of
 #      10 dtypes, then its time against the reference and the former hash (smoke and a 1 B model).
 #
@@ -43,7 +43,7 @@ fi
 echo "== 2. numbers"
 timeout 90 "$PY" - <<'PYEOF' 2>&1 | tee "$OUT/numbers.log"
 import torch
-from kernels import linear_cross_entropy as lce, tensor_hash
+from kernels import linear_cross_entropy as lce
 
 def timed(fn, reps=5):
     fn(); torch.cuda.synchronize()
@@ -71,19 +71,6 @@ for v in (8192, 32768, 131072):
     print(f"{v:>8d} fused/unfused: speed {rows['unfused'][0] / rows['fused'][0]:.2f}x, memory {rows['fused'][1] / rows['unfused'][1]:.2f}x")
     del h, w, t
 
-# the replica hash of a 124 M-parameter bucket (GPT-2 small's size, 148 tensors) vs a bf16 step of that many parameters
-sizes = [768 * 3072] * 48 + [768 * 768] * 48 + [768] * 50 + [50304 * 768, 1024 * 768]
-params = [torch.randn(s, device="cuda") for s in sizes]
-print(f"replica hash of {sum(sizes) / 1e6:.0f} M parameters in {len(sizes)} tensors: "
-      f"bucket (launch_many) {timed(lambda: tensor_hash.launch_many(params)):.2f} ms, "
-      f"per tensor (reference) {timed(lambda: [tensor_hash.reference(p) for p in params]):.2f} ms")
-x = torch.randn(8 * 1024, 768, device="cuda", dtype=torch.bfloat16)
-mats = [torch.randn(768, 3072, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
-flops = 6 * sum(sizes) * x.shape[0]  # a training step's ~6 FLOPs per parameter per token
-ms = timed(lambda: [x @ m for m in mats])
-tflops = 2 * x.shape[0] * 768 * 3072 * 4 / (ms / 1e3) / 1e12
-print(f"bf16 matmul {tflops:.0f} TFLOP/s; a step of 8k tokens on 124 M parameters at that rate: "
-      f"{flops / (tflops * 1e12) * 1e3:.1f} ms, so the hash is that share of a step at 100 % MFU")
 PYEOF
 [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "gpu_check: FAILED: numbers"; status=1; }
 
