@@ -26,7 +26,6 @@ from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 from factory.train.config import ReplicaCheckConfig
 from factory.train.distributed import Dist
@@ -110,8 +109,7 @@ class ReplicaChecker:
         micro = tokens[: self.micro_batch].clone()  # the broadcast writes into it: this rank's batch stays intact
         dist.broadcast(micro, src=0)
         with (self.net.no_sync() if hasattr(self.net, "no_sync") else contextlib.nullcontext()), self.autocast:
-            logits = self.net(micro[:, :-1])
-            F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), micro[:, 1:].reshape(-1)).backward()
+            self.net(micro[:, :-1], targets=micro[:, 1:]).mean().backward()  # the step's own loss path
         try:
             self._compare(gradients_of(self.model), "gradients", "gradient_mismatch", step)
         finally:
