@@ -27,7 +27,7 @@ trained again (their run names are their configs' hashes), so a rerun only fits 
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/automix_bench.py            # designed case (FACTORY_HOME)
     OMP_NUM_THREADS=1 .venv/bin/python bench/automix_bench.py --real     # the real corpus
-    ... --fit-only --check-steps 120     # refit the scored proxies, check on 3x longer runs
+    ... --fit-only --check-steps 360     # refit the scored proxies, check on 3x longer runs
 """
 
 from __future__ import annotations

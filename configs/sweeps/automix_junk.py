@@ -4,10 +4,11 @@
 default mix's three sources plus `junk.repeated_line` (their documents reduced to the first line,
 repeated to the document's length, `factory.data.junk`). Each proxy is scored on held-out bits per
 byte of the three real sources only (`heldout_default` suite), so the right answer is known: junk
-teaches the proxy to expect its few tokens everywhere and displaces real text (+0.17 bits/byte at
-1/2 junk in a probe), and the proposal must give it a small weight and beat the uniform mix (junk
-at 1/4). (The first designed case, foreign-script junk, and uniform word or token draws hardly hurt
-these proxies below ~0.3 of the mix: see `factory.data.junk`.)
+displaces real text, and the proposal must give it a small weight and beat the uniform mix (junk at
+1/4). The mix streams the first 512 tokens of each document (`max_doc_tokens`): the proxies' 120
+steps then read ~480 documents, not ~70, so which documents a seed reads no longer swamps what the
+mix does (seed spread 0.03 against 0.12 bits/byte; junk at 1/2 costs +0.20, in a probe at 2 seeds).
+The proxies have an untied head at lr 3e-2, which learns the common tokens faster than a tied one.
 
 `automix_cheap`: the real corpus again (the default mix's three sources, no junk), with more and
 cheaper proxies than `automix` (16 proxies of 60 steps): does RegMix's proposal beat uniform there?
@@ -23,30 +24,31 @@ from configs.sweeps.automix import proxy
 from factory.experiments.sweep import Dirichlet, SweepBudget, SweepConfig
 from factory.train.config import CheckpointConfig, ModelConfig, OptimizerConfig, ScheduleConfig, TrackerConfig
 
-JUNK_STEPS, CHEAP_STEPS = 40, 30  # at 8 sequences of 257 tokens a step
+JUNK_STEPS, CODE_STEPS, CHEAP_STEPS = 120, 40, 30  # at 8 sequences of 257 tokens a step
 
 
-def _cheap_proxy(name: str, mix: str, steps: int, suite: str):
-    """A tiny proxy (d=32, 2 layers, ~0.3 M parameters, mostly embeddings; 8 sequences a step at a
-    high learning rate): what it learns in a few dozen steps is mostly which tokens and short
-    patterns are common, which is what a mix changes. Measured 45-60 s a cell on a busy 2-core host
-    (load 5-8): ~30-45 s of training (a quarter of it the trainer's start-up), ~5-10 s of eval."""
+def _cheap_proxy(name: str, mix: str, steps: int, suite: str, *, tied: bool = True, lr: float = 1e-2,
+                 warmup: int = 4):
+    """A tiny proxy (d=32, 2 layers, ~0.3 M parameters tied, ~0.56 M untied, mostly embeddings; 8
+    sequences a step at a high learning rate): what it learns in a few dozen steps is mostly which
+    tokens and short patterns are common, which is what a mix changes. Measured 45-60 s a cell of 40
+    steps on a busy 2-core host (load 5-8), ~100 s a cell of 120 steps (80 s training, 20 s eval)."""
     return proxy().derive(
         name=name, description=f"A cheap RegMix proxy on mix {mix}: {steps} steps, scored on {suite}.",
-        model=ModelConfig(d_model=32, n_layers=2, n_heads=2, n_kv_heads=1, max_seq_len=256),
+        model=ModelConfig(d_model=32, n_layers=2, n_heads=2, n_kv_heads=1, max_seq_len=256, tie_embeddings=tied),
         mix=mix, steps=steps, eval_every=steps, eval_suite=suite, global_batch=8, micro_batch=8,
-        optimizer=OptimizerConfig(lr=1e-2, weight_decay=0.1),
-        schedule=ScheduleConfig(kind="cosine", warmup_steps=4),
+        optimizer=OptimizerConfig(lr=lr, weight_decay=0.1),
+        schedule=ScheduleConfig(kind="cosine", warmup_steps=warmup),
         checkpoint=CheckpointConfig(every=steps, keep_last=1),
         tracker=TrackerConfig(backends=["iceberg"], log_every=steps),
     )
 
 
 def _proxies(name: str, description: str, mix: str, steps: int, suite: str, samples: int, *,
-             max_runs: int, max_tokens: int) -> SweepConfig:
+             max_runs: int, max_tokens: int, **proxy) -> SweepConfig:
     """`samples` cheap proxies on Dirichlet(1) weights over mix `mix`'s tables, scored by `suite`."""
     return SweepConfig(
-        name=name, description=description, base=_cheap_proxy(name, mix, steps, suite),
+        name=name, description=description, base=_cheap_proxy(name, mix, steps, suite, **proxy),
         search="random", samples=samples, seed=0,
         params={"mix_weights": Dirichlet(tables=tuple(mix_spec(mix).weights), alpha=1.0)},
         budget=SweepBudget(max_runs=max_runs, max_tokens=max_tokens),
@@ -56,7 +58,8 @@ def _proxies(name: str, description: str, mix: str, steps: int, suite: str, samp
 def automix_junk() -> SweepConfig:
     return _proxies("automix_junk", "RegMix's designed case: the default sources plus repeated-line junk; proxies "
                     "scored on the real sources' held-out bits per byte. The fit must give junk a small weight.",
-                    "default_with_junk", JUNK_STEPS, "heldout_default", 16, max_runs=32, max_tokens=8_000_000)
+                    "default_with_junk", JUNK_STEPS, "heldout_default", 16, max_runs=32, max_tokens=8_000_000,
+                    tied=False, lr=3e-2, warmup=12)
 
 
 def automix_junk_code() -> SweepConfig:
@@ -65,7 +68,7 @@ def automix_junk_code() -> SweepConfig:
     measured, at 40 steps it is not (README, "Does the auto-mixer find what is there?")."""
     return _proxies("automix_junk_code", "RegMix's plainest designed case: installed packages' code plus repeated-line "
                     "junk; proxies scored on the code's held-out bits per byte. The fit must give junk a small weight.",
-                    "code_with_junk", JUNK_STEPS, "heldout_code", 8, max_runs=16, max_tokens=4_000_000)
+                    "code_with_junk", CODE_STEPS, "heldout_code", 8, max_runs=16, max_tokens=4_000_000)
 
 
 def automix_cheap() -> SweepConfig:

@@ -198,8 +198,9 @@ def repeated_word(text: str, key: str = "") -> str | None:
     `from`, `\"\"\"` ...), so the junk piles a mix's token mass onto them, which a model learns
     before anything else. Yet at half of mix `code_with_junk` it did not hurt the 40-step proxies
     (held-out bpb 3.00-3.01 at 0.53-0.60 junk against 3.09 at 0.10; bench/automix_bench.py --case
-    code with this kind): at that scale a proxy is short of steps, not of data. None when the
-    document has no word."""
+    code with this kind): at that scale its cost is lost in the seed spread, which comes from the
+    few documents a short run reads (README, "Does the auto-mixer find what is there?"). None when
+    the document has no word."""
     words = text.split()
     if not words:
         return None

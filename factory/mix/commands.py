@@ -43,7 +43,7 @@ def cmd_show(args, out: Console) -> int:
         return 0
     for v in versions:
         stages = [(s.until_tokens, s.weights) for s in v.spec.stages] + [(None, v.spec.weights)]
-        table = RichTable("source", "snapshot", "training rows", "~tokens", "max epochs",
+        table = RichTable("source", "snapshot", "training rows", "~tokens", "max epochs", "tokens/doc",
                           *[f"w<{u:,}" if u else "weight" for u, _ in stages],
                           title=f"{v.version_id}  ({v.created_at:%Y-%m-%d %H:%M}, seq_len {v.spec.seq_len}, "
                                 f"{v.tokenizer_version})")
@@ -51,6 +51,7 @@ def cmd_show(args, out: Console) -> int:
             p = v.pins[s.table]
             table.add_row(s.table, str(p.snapshot_id), f"{p.train_rows:,}", f"{p.token_estimate:,}",
                           f"{s.max_epochs:g}" if s.max_epochs else "-",
+                          f"{s.max_doc_tokens:,}" if s.max_doc_tokens else "-",
                           *[f"{w.get(s.table, 0.0):.3f}" for _, w in stages])
         out.print(table)
     return 0

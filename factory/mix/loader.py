@@ -230,7 +230,8 @@ class MixLoader:
         for s in version.spec.sources:
             pin = version.pins[s.table]
             sources[s.table] = SourceContext(pin_snapshot(self.lake, s.table, pin.snapshot_id),
-                                             self.lake.table(s.table), s.max_epochs, version.spec.heldout_fraction)
+                                             self.lake.table(s.table), s.max_epochs, version.spec.heldout_fraction,
+                                             s.max_doc_tokens)
         return StreamContext(version.version_id, sources, tokenizer, eos, version.spec.seq_len + 1,
                              self.config.num_shards, self.config.seed, self.config.batch_rows)
 

@@ -35,6 +35,8 @@ class MixSource(BaseModel):
     table: str = Field(description="namespace.table, e.g. refined.python_stdlib or synthetic.porting.")
     weight: float = Field(description="Share of training sequences, in [0, 1]; the weights sum to 1.")
     max_epochs: float | None = Field(None, gt=0, description="Passes over the table's training split before `on_cap` applies; none = unlimited.")
+    max_doc_tokens: int | None = Field(None, gt=0, description="Tokens taken from the start of each document (the rest is "
+                                       "skipped); none = whole documents. Short runs see many more documents.")
 
     @field_validator("table")
     @classmethod

@@ -9,8 +9,8 @@ re-reads one record batch and nothing else.
 
 A `LogicalStream` owns one cursor per source, a seeded generator that picks the source of each
 sequence by weight, and one packing buffer per source: a sequence is `seq_len + 1` tokens of
-consecutive documents of its source, each followed by eos; the tail of the last document waits
-in the buffer for that source's next sequence. Filling a sequence from one source keeps the
+consecutive documents of its source (each cut to the source's `max_doc_tokens`, when set), each
+followed by eos; the tail of the last document waits in the buffer for that source's next sequence. Filling a sequence from one source keeps the
 token share of each source equal to its weight (a sequence is the unit of sampling), and makes
 the buffer at most one document's tail. Everything the stream will do next is in its state.
 """
@@ -47,6 +47,7 @@ class SourceContext:
     iceberg_table: object  # pyiceberg Table: its FileIO opens the files
     max_epochs: float | None
     heldout_fraction: float
+    max_doc_tokens: int | None = None  # tokens kept from the start of each document; None = all
 
 
 @dataclass(frozen=True)
@@ -145,7 +146,8 @@ class SourceCursor:
         picked = np.flatnonzero(mine)
         rng = np.random.default_rng([self.ctx.seed, _crc(self.table), self.shard, self.epoch, self.file, self.batch])
         picked = picked[rng.permutation(len(picked))]
-        self._docs = _LazyDocs([ids[i] for i in picked], record.column("text").take(picked), self.ctx)
+        self._docs = _LazyDocs([ids[i] for i in picked], record.column("text").take(picked), self.ctx,
+                               self.src.max_doc_tokens)
         self._batch_docs = len(self._docs)
         return True
 
@@ -157,8 +159,8 @@ class _LazyDocs:
 
     CHUNK = 8
 
-    def __init__(self, ids: list[str], texts, ctx: StreamContext):
-        self.ids, self.texts, self.ctx = ids, texts, ctx
+    def __init__(self, ids: list[str], texts, ctx: StreamContext, max_tokens: int | None = None):
+        self.ids, self.texts, self.ctx, self.max_tokens = ids, texts, ctx, max_tokens
         self.tokens: list[np.ndarray] = []
 
     def __len__(self) -> int:
@@ -170,7 +172,7 @@ class _LazyDocs:
             self.tokens += [None] * (i - len(self.tokens))
             chunk = self.texts.slice(i, self.CHUNK).to_pylist()
             eos = np.array([self.ctx.eos_id], dtype=np.int32)
-            self.tokens += [np.concatenate([np.asarray(e.ids, dtype=np.int32), eos])
+            self.tokens += [np.concatenate([np.asarray(e.ids[:self.max_tokens], dtype=np.int32), eos])
                             for e in self.ctx.tokenizer.encode_batch(chunk, add_special_tokens=False)]
         return self.ids[i], self.tokens[i]
 

@@ -110,6 +110,34 @@ def test_rows_are_packed_documents_with_eos_between(mix_lake):
     assert all((row == eos).sum() >= len(ids) - 1 for row, ids in multi)
 
 
+def test_max_doc_tokens_streams_only_the_start_of_each_document(mix_lake, documents):
+    """With `max_doc_tokens` a source streams the first N tokens of each document and then its eos,
+    so the same tokens cover many more documents; the cut parts never reach a row."""
+    from factory.tokenize import load_tokenizer
+
+    config = LoaderConfig(global_batch=4, num_shards=1, num_workers=0)
+    register_mix_version(mix_lake, spec("whole_gamma", sources=[{"table": "refined.gamma", "weight": 1.0}]))
+    register_mix_version(mix_lake, spec("prefixes", sources=[{"table": "refined.gamma", "weight": 1.0,
+                                                              "max_doc_tokens": 5}]))
+    whole, _ = run(mix_lake, "whole_gamma", config, 6)
+    batches, _ = run(mix_lake, "prefixes", config, 6)
+    tok = load_tokenizer(get_version(mix_lake, "prefixes").tokenizer_path)
+    eos = tok.token_to_id("<|eos|>")
+    stream = torch.cat([row for b in batches[0] for row in b.tokens]).tolist()  # one shard: rows are consecutive
+    pieces = [[]]
+    for t in stream:
+        pieces[-1].append(t)
+        if t == eos:
+            pieces.append([])
+    complete = pieces[1:-1]  # the first and last may be cut by the stream's ends
+    prefixes = {tuple(tok.encode(r["text"], add_special_tokens=False).ids[:5]) + (eos,)
+                for r in documents("refined.gamma")}
+    assert len(complete) > 100 and all(tuple(p) in prefixes for p in complete)
+    assert {len(p) for p in complete} == {6}  # 5 tokens and the eos: every gamma document is longer
+    docs = lambda bs: {d for b in bs for ids in b.doc_ids for d in ids}  # noqa: E731
+    assert len(docs(batches[0])) > 2 * len(docs(whole[0]))
+
+
 def test_heldout_documents_are_never_streamed(mix_lake, documents):
     sources = [{"table": t, "weight": 1 / 3} for t in ("refined.alpha", "refined.beta", "refined.gamma")]
     register_mix_version(mix_lake, spec("heldout_half", heldout_fraction=0.3, seq_len=2048, sources=sources))
