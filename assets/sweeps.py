@@ -90,4 +90,5 @@ def automix(context, config: AutomixConfig, lake: LakeResource, experiments: Exp
         "weights": proposal.weights, "proxies": proposal.n_proxies,
         "predicted_loss": proposal.predicted_loss, "uniform_predicted_loss": proposal.uniform_loss,
         "loo_spearman": proposal.fit.loo_spearman, "loo_rmse": proposal.fit.loo_rmse,
+        "fit_features": proposal.fit.features, "fit_ridge": proposal.fit.ridge,
     }))

@@ -6,8 +6,9 @@ repeated to the document's length, `factory.data.junk`). Each proxy is scored on
 byte of the three real sources only (`heldout_default` suite), so the right answer is known: junk
 displaces real text, and the proposal must give it a small weight and beat the uniform mix (junk at
 1/4). The mix streams the first 512 tokens of each document (`max_doc_tokens`): the proxies' 120
-steps then read ~480 documents, not ~70, so which documents a seed reads no longer swamps what the
-mix does (seed spread 0.03 against 0.12 bits/byte; junk at 1/2 costs +0.20, in a probe at 2 seeds).
+steps then read ~480 documents, not ~70, so which documents a seed reads weighs less against what
+the mix does (in a 2-seed probe junk at 1/2 cost +0.20 bits/byte, seed spread 0.03; the 3-seed
+check of the uniform mix still spread 0.095, README).
 The proxies have an untied head at lr 3e-2, which learns the common tokens faster than a tied one.
 
 `automix_cheap`: the real corpus again (the default mix's three sources, no junk), with more and

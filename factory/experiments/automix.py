@@ -8,12 +8,23 @@ weights over the default mix's tables, each scored on held-out bits per byte), a
 an ordinary mix version, `mix/automix@vN`, whose lineage reaches every proxy's checkpoint and eval.
 
 Design, and why:
-- `fit` is ridge regression on Scheffé's quadratic mixture features, w_i and w_i*w_j (i < j). On
-  the simplex 1 = Σ w_i and w_i² = w_i − Σ_{j≠i} w_i w_j, so an intercept and the squares add
-  collinearity, not shape: this is every quadratic in 6 features for 3 tables, few enough for 16
-  proxies (RegMix's LightGBM wants hundreds). A quadratic is the smallest model with an interior
-  optimum; with no more proxies than its features the fit falls back to linear. Features are
-  standardized so one penalty treats them alike; `ridge` only steadies the solve.
+- `fit` is ridge regression on one of three feature sets, chosen with its penalty by leave-one-out
+  RMSE, since which shape the proxies support is an empirical question; the quadratic must beat
+  the others' error by 20 % (`QUADRATIC_MARGIN`), because with 16 proxies of a few hundredths of
+  noise its lower left-out error is often luck (simulated: 16 proxies over 3 sources + junk, noise
+  sd 0.04, 20 draws; the plain choice once proposed junk 0.39, the margin kept junk under 0.07):
+  - `linear`: the weights, the smallest model (a corner optimum; only the trust region below
+    keeps the search off the corner);
+  - `log`: log(w_i + 0.01), the diminishing returns of a source's share that data mixing laws
+    find (Ye et al. 2024, arXiv:2403.16952): as many features as `linear`, but its optimum is
+    interior, w_i + 0.01 proportional to -b_i, and a table whose coefficient is not negative (a
+    table that only displaces the others) goes to its lowest weight;
+  - `quadratic`: Scheffé's mixture features, w_i and w_i*w_j (i < j). On the simplex 1 = Σ w_i and
+    w_i² = w_i − Σ_{j≠i} w_i w_j, so an intercept and the squares add collinearity, not shape: this
+    is every quadratic, 10 features for 4 tables. It is a candidate only with more proxies than
+    features. Measured on the designed case's 16 proxies over 4 tables, it fitted in sample
+    (R² 0.92) but ranked left-out proxies poorly (Spearman 0.52), and its proposal lost to uniform.
+  Features are standardized so one penalty treats them alike.
 - Fit quality is measured out of sample: leave-one-out RMSE, and the Spearman correlation of
   left-out predictions with actual losses, since ranking mixes is all the search needs.
 - `propose` searches as RegMix does: candidates come from the proxies' own Dirichlet (the fit is
@@ -42,6 +53,10 @@ from factory.mix.spec import MixSource, MixSpec
 from factory.mix.versions import MixVersion, register_mix_version
 
 MIN_PROXIES = 4
+FEATURES = ("linear", "log", "quadratic")
+RIDGES = (1e-3, 1e-2, 1e-1, 1.0)  # the penalties the fit chooses among (standardized features)
+QUADRATIC_MARGIN = 0.2
+LOG_OFFSET = 0.01  # log(w + LOG_OFFSET): finite at w = 0, and about the smallest weight 16 Dirichlet proxies reach
 WEIGHT_TOLERANCE = 1e-3  # proxy weights are rounded to 4 decimals by the sweep; they still sum to ~1
 
 
@@ -65,7 +80,8 @@ class ProxyResult(_Frozen):
 class FitQuality(_Frozen):
     """How well the regression ranks mixes it has not seen (the numbers the UI shows)."""
 
-    features: Literal["quadratic", "linear"]
+    features: Literal["linear", "log", "quadratic"]
+    ridge: float
     n: int
     r2: float
     loo_rmse: float
@@ -77,7 +93,7 @@ class Regression:
     """Ridge regression from weights (columns in `tables` order) to loss, on standardized features."""
 
     tables: tuple[str, ...]
-    features: Literal["quadratic", "linear"]
+    features: Literal["linear", "log", "quadratic"]
     coef: np.ndarray
     intercept: float
     mean: np.ndarray
@@ -110,28 +126,43 @@ class Proposal(_Frozen):
         lines.append(f"| **loss** | {self.predicted_loss:.4f} (predicted) | {self.best.loss:.4f} (observed) "
                      f"| {self.uniform_loss:.4f} (predicted) |")
         f = self.fit
-        return "\n".join(lines) + (f"\n\n{f.features} ridge fit on {f.n} proxies: in-sample R² {f.r2:.3f}, "
-                                   f"leave-one-out RMSE {f.loo_rmse:.4f}, leave-one-out Spearman {f.loo_spearman:.3f}.")
+        return "\n".join(lines) + (f"\n\n{f.features} ridge fit (penalty {f.ridge:g}, both chosen by leave-one-out "
+                                   f"RMSE) on {f.n} proxies: in-sample R² {f.r2:.3f}, leave-one-out RMSE {f.loo_rmse:.4f}, "
+                                   f"leave-one-out Spearman {f.loo_spearman:.3f}.")
 
 
-def fit(results: Sequence[ProxyResult], tables: Sequence[str], *, ridge: float = 1e-3) -> Regression:
-    """Quadratic (or, with few proxies, linear) ridge regression of loss on weights, with its
-    in-sample R² and leave-one-out RMSE and Spearman (each point predicted by a refit without it)."""
+def fit(results: Sequence[ProxyResult], tables: Sequence[str], *, features: str | None = None,
+        ridge: float | None = None) -> Regression:
+    """Ridge regression of loss on weights, with its in-sample R² and leave-one-out RMSE and
+    Spearman (each point predicted by a refit without it). `features` and `ridge` left out are
+    chosen by leave-one-out RMSE among `FEATURES` (quadratic only with more proxies than its
+    features) and `RIDGES`."""
     tables = tuple(tables)
     W, y = _data(results, tables)
-    if not ridge > 0:
+    if features is not None and features not in FEATURES:
+        raise AutomixError(f"automix: features must be one of {list(FEATURES)}, got {features!r}")
+    if ridge is not None and not ridge > 0:
         raise AutomixError(f"automix: ridge must be > 0 (standardized simplex features are collinear), got {ridge}")
     n_quadratic = len(tables) + len(tables) * (len(tables) - 1) // 2
-    kind = "quadratic" if len(y) > n_quadratic else "linear"
-    X = _features(W, kind)
-    params = _ridge(X, y, ridge)
+    kinds = [features] if features else [k for k in FEATURES if k != "quadratic" or len(y) > n_quadratic]
+    best = None
+    for kind in kinds:
+        X = _features(W, kind)
+        for penalty in [ridge] if ridge else RIDGES:
+            loo = np.array([_predict(X[i:i + 1], *_ridge(np.delete(X, i, 0), np.delete(y, i), penalty))[0]
+                            for i in range(len(y))])
+            rmse = float(np.sqrt(((loo - y) ** 2).mean()))
+            # the quadratic's extra features must earn their keep: QUADRATIC_MARGIN lower error
+            score = rmse * (1 + QUADRATIC_MARGIN) if kind == "quadratic" and not features else rmse
+            if best is None or score < best[0] - 1e-12:
+                best = (score, rmse, kind, penalty, X, loo)
+    _, rmse, kind, penalty, X, loo = best
+    params = _ridge(X, y, penalty)
     fitted = _predict(X, *params)
-    loo = np.array([_predict(X[i:i + 1], *_ridge(np.delete(X, i, 0), np.delete(y, i), ridge))[0]
-                    for i in range(len(y))])
     total = float(((y - y.mean()) ** 2).sum())
-    quality = FitQuality(features=kind, n=len(y),
+    quality = FitQuality(features=kind, ridge=penalty, n=len(y),
                          r2=1 - float(((y - fitted) ** 2).sum()) / total if total > 0 else math.nan,
-                         loo_rmse=float(np.sqrt(((loo - y) ** 2).mean())), loo_spearman=_spearman(loo, y))
+                         loo_rmse=rmse, loo_spearman=_spearman(loo, y))
     return Regression(tables, kind, *params, quality=quality)
 
 
@@ -213,6 +244,8 @@ def _data(results: Sequence[ProxyResult], tables: tuple[str, ...]) -> tuple[np.n
 def _features(W: np.ndarray, kind: str) -> np.ndarray:
     if kind == "linear":
         return W
+    if kind == "log":
+        return np.log(W + LOG_OFFSET)
     return np.column_stack([W] + [W[:, i] * W[:, j] for i, j in combinations(range(W.shape[1]), 2)])
 
 

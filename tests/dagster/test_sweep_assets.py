@@ -159,6 +159,7 @@ def test_automix_registers_a_mix_version_whose_lineage_reaches_every_proxy(build
     assert math.isclose(sum(meta["weights"].values()), 1.0, abs_tol=1e-9)  # 4 decimals: shown unrounded
     assert all(w > 0 for w in meta["weights"].values())
     assert "8 proxies" in meta["proposal"]
+    assert meta["fit_features"] in ("linear", "log", "quadratic") and meta["fit_ridge"] > 0
     assert "predicted_loss" in meta["raw_values"]  # a regression's prediction has more than 4 digits
     for key in ("predicted_loss", "uniform_predicted_loss", "loo_rmse"):  # shown rounded, kept exact
         assert meta[key] == float(f"{meta['raw_values'].get(key, meta[key]):.4g}")

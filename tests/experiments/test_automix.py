@@ -68,8 +68,36 @@ def test_prediction_matches_the_truth_between_proxies():
     assert np.abs(regression.predict(W) - true_loss(W)).max() < 0.02
 
 
-def test_few_proxies_fall_back_to_a_linear_fit():
-    assert fit(proxies(n=5), TABLES).quality.features == "linear"
+def test_few_proxies_leave_the_quadratic_out():
+    assert fit(proxies(n=5), TABLES).quality.features in ("linear", "log")
+    assert fit(proxies(n=5), TABLES, features="linear").quality.features == "linear"
+
+
+def test_the_fit_chooses_the_shape_the_proxies_support():
+    """Truth with diminishing returns (a data-mixing-law shape: each share's log, one table worth
+    nothing): leave-one-out picks the log features over the quadratic, and the proposal lands near
+    the truth's interior optimum, w_i + 0.01 proportional to -b_i."""
+    b = np.array([-0.06, -0.03, 0.0])
+    rng, sampler = np.random.default_rng(0), Dirichlet(tables=TABLES)
+    results = []
+    for i in range(16):
+        w = sampler.sample(rng)
+        loss = 2.0 + float(b @ np.log(np.array([w[t] for t in TABLES]) + 0.01)) + rng.normal(0, 0.002)
+        results.append(ProxyResult(run=f"automix-{i:08x}", weights=w, loss=loss))
+    regression = fit(results, TABLES)
+    assert (regression.quality.features, regression.quality.ridge) == ("log", 1e-3), regression.quality
+    assert fit(results, TABLES, features="quadratic", ridge=1e-3).quality.loo_rmse > regression.quality.loo_rmse
+    proposal = propose(results, TABLES)
+    w = np.array([proposal.weights[t] for t in TABLES])
+    assert w[2] < 0.05 and abs(w[0] / w[1] - 2) < 0.5, proposal.weights
+    assert "log ridge fit (penalty 0.001" in proposal.summary()
+
+
+@pytest.mark.parametrize("kwargs, message", [({"features": "cubic"}, "features must be one of"),
+                                              ({"ridge": 0.0}, "ridge must be > 0")])
+def test_bad_fit_options_fail_naming_them(kwargs, message):
+    with pytest.raises(AutomixError, match=message):
+        fit(proxies(), TABLES, **kwargs)
 
 
 def test_same_seed_same_proposal_and_another_seed_draws_other_candidates():
