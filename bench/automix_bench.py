@@ -15,6 +15,9 @@ Designed case (default): the answer is known.
    the proposal beats uniform by more than the seed spread (spread = max - min over seeds; "beats"
    = the gap of the means exceeds both arms' spreads).
 
+`--junk reversed_words`: the same with a second junk kind, the sources' documents with their words
+in reverse order (mix `default_with_reversed_words`, sweep `automix_reversed`).
+
 `--case code`: the plainest designed case, one real source (`refined.site_packages`) plus the same
 junk (mix `code_with_junk`, sweep `automix_junk_code`: 8 proxies, scored by suite `heldout_code`),
 where the uniform mix is half junk.
@@ -28,6 +31,7 @@ trained again (their run names are their configs' hashes), so a rerun only fits 
     OMP_NUM_THREADS=1 .venv/bin/python bench/automix_bench.py            # designed case (FACTORY_HOME)
     OMP_NUM_THREADS=1 .venv/bin/python bench/automix_bench.py --real     # the real corpus
     ... --fit-only --check-steps 360     # refit the scored proxies, check on 3x longer runs
+    ... --junk reversed_words            # the designed case with word-reversed junk
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ import torch
 
 from configs.evals import suite
 from configs.mixes import mix_spec
-from configs.sweeps.automix_junk import automix_cheap, automix_junk, automix_junk_code
+from configs.sweeps.automix_junk import automix_cheap, automix_junk, automix_junk_code, automix_reversed
 from factory import settings
 from factory.data.junk import JunkConfig, build_junk_table
 from factory.experiments.automix import propose_from_sweep
@@ -51,8 +55,8 @@ from factory.infer import EngineConfig
 from factory.lake import Lake
 from factory.mix import register_mix_version
 
-JUNK = JunkConfig(name="repeated_line", shuffle="repeated_line", sources=tuple(mix_spec("default").weights),
-                  max_docs_per_source=300)
+JUNK = {kind: JunkConfig(name=kind, shuffle=kind, sources=tuple(mix_spec("default").weights), max_docs_per_source=300)
+        for kind in ("repeated_line", "reversed_words")}
 
 
 def check_sweep(sweep: SweepConfig, arms: dict[str, dict[str, float]], seeds: int, steps: int | None) -> SweepConfig:
@@ -117,6 +121,9 @@ def main() -> None:
     parser.add_argument("--real", action="store_true", help="rerun on the real corpus (automix_cheap) instead")
     parser.add_argument("--case", choices=["default", "code"], default="default",
                         help="designed case: the default mix's 3 sources + junk, or one source (site_packages) + junk")
+    parser.add_argument("--junk", choices=sorted(JUNK), default="repeated_line",
+                        help="the default case's junk: repeated first lines (mix default_with_junk, sweep automix_junk) "
+                             "or words in reverse order (mix default_with_reversed_words, sweep automix_reversed)")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per arm of the check (default 3)")
     parser.add_argument("--check-steps", type=int, default=None, help="steps of the check runs (default: the proxy's)")
     parser.add_argument("--fit-only", action="store_true", help="train no proxy: fit the ones the lake has scored")
@@ -131,12 +138,16 @@ def main() -> None:
     if args.real:
         sweep = automix_cheap()
     else:
-        junk = build_junk_table(lake, JUNK, log=print)
+        if args.case == "code" and args.junk != "repeated_line":
+            parser.error("--case code has repeated-line junk only (mix code_with_junk)")
+        junk = build_junk_table(lake, JUNK[args.junk], log=print)
         print(f"{junk.version_id}: {junk.rows} documents, {junk.bytes:,} bytes; skipped {junk.skipped}")
-        mix = "code_with_junk" if args.case == "code" else "default_with_junk"
+        mix = {"code": "code_with_junk", "reversed_words": "default_with_reversed_words"}.get(
+            args.case if args.case == "code" else args.junk, "default_with_junk")
         version, created = register_mix_version(lake, mix_spec(mix), asset_key="bench", log=print)
         print(f"{version.version_id}: {'registered' if created else 'unchanged'}")
-        sweep = automix_junk_code() if args.case == "code" else automix_junk()
+        sweep = (automix_junk_code() if args.case == "code"
+                 else automix_reversed() if args.junk == "reversed_words" else automix_junk())
     run_case(lake, sweep, seeds=args.seeds, steps=args.check_steps, engine=EngineConfig(kind=args.engine),
              train_proxies=not args.fit_only)
 

@@ -11,6 +11,10 @@ the mix does (in a 2-seed probe junk at 1/2 cost +0.20 bits/byte, seed spread 0.
 check of the uniform mix still spread 0.095, README).
 The proxies have an untied head at lr 3e-2, which learns the common tokens faster than a tied one.
 
+`automix_reversed`: the same proxies over `default_with_reversed_words`, whose junk is the sources'
+documents with their words in reverse order (measured: it cost the proxies no more than repeated
+lines, README).
+
 `automix_cheap`: the real corpus again (the default mix's three sources, no junk), with more and
 cheaper proxies than `automix` (16 proxies of 60 steps): does RegMix's proposal beat uniform there?
 
@@ -61,6 +65,17 @@ def automix_junk() -> SweepConfig:
                     "scored on the real sources' held-out bits per byte. The fit must give junk a small weight.",
                     "default_with_junk", JUNK_STEPS, "heldout_default", 16, max_runs=32, max_tokens=8_000_000,
                     tied=False, lr=3e-2, warmup=12)
+
+
+def automix_reversed() -> SweepConfig:
+    """`automix_junk` with the second junk kind: mix `default_with_reversed_words`, whose junk is
+    the sources' documents with their words in reverse order (the corpus's tokens, the wrong
+    successors), on the same proxies."""
+    return _proxies("automix_reversed", "RegMix's designed case with word-reversed junk: the default sources plus their "
+                    "documents' words in reverse order; proxies scored on the real sources' held-out bits per byte. "
+                    "The fit must give junk a small weight.",
+                    "default_with_reversed_words", JUNK_STEPS, "heldout_default", 16, max_runs=32,
+                    max_tokens=8_000_000, tied=False, lr=3e-2, warmup=12)
 
 
 def automix_junk_code() -> SweepConfig:

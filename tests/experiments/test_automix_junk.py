@@ -5,7 +5,7 @@ document of one repeated word or character is refused and counted by reason);
 `foreign_characters` moves them into the Cyrillic block; `uniform_words` (`uniform_tokens`)
 replaces every word (token) by a type of the sources drawn uniformly (deterministic, same
 whitespace skeleton or token count, only types seen twice); `repeated_line` repeats a document's
-first line, `repeated_word` its first word; `build_junk_table` writes `junk.repeated_line` (the designed case's) with lineage to the
+first line, `repeated_word` its first word, `reversed_words` reverses its words over the same layout; `build_junk_table` writes `junk.repeated_line` (the designed case's) with lineage to the
 pinned source snapshots and no held-out source document, is idempotent, and mix
 `default_with_junk` (its YAML validates) registers over it; `junk.uniform_words` draws no word only
 held-out documents have; on synthetic proxies where one table only displaces the useful ones, RegMix's
@@ -25,7 +25,7 @@ import numpy as np
 from configs.evals import suite
 from configs.mixes import mix_spec
 from factory.data.junk import (CYRILLIC, JunkConfig, build_junk_table, foreign_characters, junk_rows,
-                               repeated_line, repeated_word, shuffle_characters, shuffle_words, token_types, uniform_tokens,
+                               repeated_line, repeated_word, reversed_words, shuffle_characters, shuffle_words, token_types, uniform_tokens,
                                uniform_words, word_types)
 from factory.data.split import is_heldout
 from factory.experiments.automix import ProxyResult, fit, propose
@@ -126,6 +126,19 @@ def test_a_repeated_line_is_the_first_line_over_the_document_length():
     assert set(junk.splitlines()) == {"def area(radius):"} and len(CODE) <= len(junk) < len(CODE) + 19
     assert repeated_line("\n\n  x = 1\n") is None and repeated_line("") is None
     assert repeated_line("\n a\nb") == " a\n" * 2  # blank lines are skipped, the line is kept as it is
+
+
+def test_reversed_words_are_the_same_words_backwards_on_the_same_layout():
+    junk = reversed_words(CODE)
+    assert junk == reversed_words(CODE, "any key")  # deterministic, no key needed
+    assert junk.split() == CODE.split()[::-1] and _skeleton(junk) == _skeleton(CODE)
+    assert len(junk.encode()) == len(CODE.encode()) and reversed_words(junk) == CODE  # its own inverse
+    assert reversed_words("a  b\nc") == "c  b\na"
+    assert reversed_words("spam eggs spam") is None and reversed_words("pass") is None and reversed_words("") is None
+    rows, skipped = junk_rows([{"doc_id": "a", "source": "s", "path": "x.py", "text": CODE, "bytes": len(CODE)},
+                               {"doc_id": "b", "source": "s", "path": "y.py", "text": "x = x", "bytes": 5}],
+                              JunkConfig(shuffle="reversed_words", sources=("refined.python_stdlib",)))
+    assert [r["text"] for r in rows] == [junk] and skipped == {"palindrome_of_words": 1}
 
 
 def test_junk_rows_hash_their_ids_and_count_what_cannot_be_shuffled():
@@ -230,6 +243,19 @@ def test_the_junk_sweep_ranks_proxies_on_the_real_sources_only():
     assert sweep.base.mix == "default_with_junk" and sweep.base.eval_suite == "heldout_default"
     (task,) = suite("heldout_default").tasks
     assert task.sources == REAL  # bpb/all is then the byte-weighted mean over these three
+
+
+def test_the_reversed_junk_sweep_is_the_junk_sweep_over_its_own_mix():
+    from configs.sweeps.automix_junk import automix_junk, automix_reversed
+
+    sweep, junk = automix_reversed(), automix_junk()
+    assert sweep.params["mix_weights"].tables == (*REAL, "junk.reversed_words")
+    assert sweep.base.mix == "default_with_reversed_words" and sweep.base.eval_suite == "heldout_default"
+    assert sweep.base.model == junk.base.model and sweep.base.optimizer == junk.base.optimizer
+    assert sweep.base.steps == junk.base.steps and len(expand(sweep)) == len(expand(junk)) == 16
+    spec, original = mix_spec("default_with_reversed_words"), mix_spec("default_with_junk")
+    assert [(s.weight, s.max_doc_tokens, s.max_epochs) for s in spec.sources] == \
+        [(s.weight, s.max_doc_tokens, s.max_epochs) for s in original.sources]
 
 
 def test_the_one_source_junk_sweep_ranks_proxies_on_that_source_only():
