@@ -19,8 +19,8 @@ Designed case (default): the answer is known.
 in reverse order (mix `default_with_reversed_words`, sweep `automix_reversed`).
 
 `--case code`: the plainest designed case, one real source (`refined.site_packages`) plus the same
-junk (mix `code_with_junk`, sweep `automix_junk_code`: 8 proxies, scored by suite `heldout_code`),
-where the uniform mix is half junk.
+junk (mix `code_with_junk`, sweep `automix_junk_code`: 8 proxies of 120 steps on the first 512
+tokens of each document, scored by suite `heldout_code`), where the uniform mix is half junk.
 
 `--real`: the same on the real corpus (`automix_cheap`: the default mix's three sources, more and
 cheaper proxies than `automix`'s 16 of 60 steps, scored on `heldout`), reported as it comes out.
@@ -32,6 +32,7 @@ trained again (their run names are their configs' hashes), so a rerun only fits 
     OMP_NUM_THREADS=1 .venv/bin/python bench/automix_bench.py --real     # the real corpus
     ... --fit-only --check-steps 360     # refit the scored proxies, check on 3x longer runs
     ... --junk reversed_words            # the designed case with word-reversed junk
+    ... --case code                      # one real source plus junk (uniform = half junk)
 """
 
 from __future__ import annotations

@@ -197,11 +197,10 @@ def repeated_word(text: str, key: str = "") -> str | None:
     """The document's first word, repeated (one space apart) to at least the document's length:
     the harshest boilerplate. The first words of code documents are a few types (`#`, `import`,
     `from`, `\"\"\"` ...), so the junk piles a mix's token mass onto them, which a model learns
-    before anything else. Yet at half of mix `code_with_junk` it did not hurt the 40-step proxies
-    (held-out bpb 3.00-3.01 at 0.53-0.60 junk against 3.09 at 0.10; bench/automix_bench.py --case
-    code with this kind): at that scale its cost is lost in the seed spread, which comes from the
-    few documents a short run reads (README, "Does the auto-mixer find what is there?"). None when
-    the document has no word."""
+    before anything else. Yet in a probe at half of mix `code_with_junk` it did not hurt 40-step
+    proxies on whole documents (held-out bpb 3.00-3.01 at 0.53-0.60 junk against 3.09 at 0.10): at
+    that scale its cost is lost in the seed spread, which comes from the few documents a short run
+    reads (README, "Does the auto-mixer find what is there?"). None when the document has no word."""
     words = text.split()
     if not words:
         return None

@@ -259,7 +259,7 @@ def test_the_reversed_junk_sweep_is_the_junk_sweep_over_its_own_mix():
 
 
 def test_the_one_source_junk_sweep_ranks_proxies_on_that_source_only():
-    from configs.sweeps.automix_junk import automix_junk_code
+    from configs.sweeps.automix_junk import automix_junk, automix_junk_code
 
     sweep = automix_junk_code()
     assert sweep.params["mix_weights"].tables == ("refined.site_packages", JUNK)
@@ -268,3 +268,8 @@ def test_the_one_source_junk_sweep_ranks_proxies_on_that_source_only():
     (task,) = suite("heldout_code").tasks
     assert task.sources == ("refined.site_packages",)
     assert len(expand(sweep)) == 8
+    junk = automix_junk()  # the same proxies as the four-table case, on the same 512-token footing
+    assert sweep.base.model == junk.base.model and sweep.base.optimizer == junk.base.optimizer
+    assert sweep.base.steps == junk.base.steps and sweep.base.schedule == junk.base.schedule
+    assert {s.max_doc_tokens for s in mix_spec("code_with_junk").sources} == \
+        {s.max_doc_tokens for s in mix_spec("default_with_junk").sources} == {512}
