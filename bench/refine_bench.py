@@ -45,6 +45,10 @@ import time
 from pathlib import Path
 
 BENCH_PYTHON = Path(__file__).resolve().parent / ".venv-datatrove" / "bin" / "python"
+# The code that runs in an environment of its own, by the requirements file that makes it:
+# tests/bench/test_bench_requirements.py installs each file in a scratch venv and runs there this
+# module's top-level imports and those of these functions, so a missing requirement fails a test first.
+OWN_ENVIRONMENTS = {"requirements-datatrove.txt": ("datatrove_worker",)}
 EDITS = {"near": 0.05, "far": 0.40}
 SETTINGS = ("default", "matched")
 WORDY = re.compile(r"\w")
