@@ -1,4 +1,5 @@
-# Two commands on a fresh machine: `make demo` (the main job end to end) and `make test` (all tests).
+# Two commands on a fresh machine: `make demo` (the main job end to end) and `make test` (all tests);
+# `make check` (the fast hermetic tier, ~3 minutes) after each change.
 # Both run `setup` first, which is idempotent: apt only when a system tool is missing (the JDK,
 # bubblewrap, PostgreSQL, Prometheus, buildah/podman for the image test, Chromium and chromedriver for
 # Podium's browser test), pip only when
@@ -20,7 +21,7 @@ export PYTHONUNBUFFERED := 1
 # 127.0.0.1 only); a real profile names its own variables, set by whoever deploys it.
 export FACTORY_DAGSTER_PG_PASSWORD ?= factory-loopback-secret
 
-.PHONY: setup system instance demo test ui podium mlflow doctor image clean cluster-up cluster-down
+.PHONY: setup system instance demo check test ui podium mlflow doctor image clean cluster-up cluster-down
 
 # The local package mirror repository builds resolve against in `make demo` and the tests (no network
 # there): the demo repository set's sdists, their wheels, pytest and the build backends.
@@ -78,22 +79,33 @@ demo:
 	@start=$$(date +%s); $(MAKE) --no-print-directory setup || exit 1; \
 	  $(BIN)/python -m factory.demo --setup-seconds $$(( $$(date +%s) - start ))
 
-# The suite in two pytest processes: the tests that time CPU, wall clocks and signals first, alone
-# (the sandbox's limits, preemption); then the server tiers (tests/deploy: the image, clusters; the environment images; tests/
-# integration: the demo home, dagster dev, Postgres, Prometheus; tests/podium: uvicorn and Chromium), mostly
-# waiting on what they start, with tests/kernels to even the two processes' lengths, beside everything else. Both use pytest's numbered temp directories under /tmp/pytest-of-<user> (a
-# session's directory is locked while it runs, so the other's cleanup leaves it alone); the server
-# tiers' output follows the rest's; the target fails when either does.
-PYTEST := $(BIN)/python -m pytest -q -ra -p no:cacheprovider
-SERVER_TESTS := tests/deploy tests/envs/test_env_image.py tests/integration tests/podium tests/kernels
-ALONE_TESTS := tests/sandbox tests/train/test_preempt.py
+# The tests in tiers, one marker each (tests/conftest.py; README "Tests"): `check`, the fast hermetic
+# tier, is what a developer runs after each change; `make test` runs every tier at once, in lanes
+# side by side (2 cores: the server tiers mostly wait on what they start), each lane's output
+# printed when it ends, and fails when any lane fails. pytest-xdist spreads a lane over workers;
+# `--dist loadgroup` keeps each test file on one worker (module fixtures are built once) and the
+# tests of one shared home (`xdist_group`, e.g. the demo's) together.
+# PYTEST_ARGS: more pytest options for every lane (`make test PYTEST_ARGS="--cov ..."`, `-p randomly`).
+PYTEST := $(BIN)/python -m pytest -q -ra -p no:cacheprovider $(PYTEST_ARGS)
+# The check tier also runs in a network namespace of its own where `unshare -n` is allowed (root):
+# there no process, the test's children included, can reach a server (pytest-socket guards the
+# test's own process everywhere).
+NO_NET := $(shell unshare -n true 2>/dev/null && echo unshare -n)
+CHECK := $(NO_NET) $(PYTEST) -m check -n 2 --dist loadgroup
+LANES := "check|$(CHECK)" \
+  "slow|$(PYTEST) -m slow -n 2 --dist loadgroup" \
+  "spark+rest+gpu|$(PYTEST) -m 'spark or rest or gpu' -n 2 --dist loadgroup"
+
+check: setup
+	FACTORY_SUITE_TIER=check $(CHECK)
+
 test: setup
-	$(PYTEST) $(ALONE_TESTS)
-	@tmp=$$(mktemp -d); \
-	  $(PYTEST) $(SERVER_TESTS) > $$tmp/servers.log 2>&1 & servers=$$!; \
-	  $(PYTEST) $(addprefix --ignore=,$(ALONE_TESTS) $(SERVER_TESTS)); rest=$$?; \
-	  wait $$servers; code=$$?; echo "== $(SERVER_TESTS)"; cat $$tmp/servers.log; rm -rf $$tmp; \
-	  test $$rest -eq 0 -a $$code -eq 0
+	@tmp=$$(mktemp -d); pids=(); names=(); \
+	  for lane in $(LANES); do name=$${lane%%|*}; \
+	    FACTORY_SUITE_TIER=$$name bash -c "$${lane#*|}" > $$tmp/$$name.log 2>&1 & pids+=($$!); names+=($$name); \
+	    echo "== lane $$name: $${lane#*|}"; done; \
+	  failed=0; for i in $${!pids[@]}; do wait $${pids[$$i]} || failed=1; \
+	    echo "== lane $${names[$$i]}"; cat $$tmp/$${names[$$i]}.log; done; rm -rf $$tmp; exit $$failed
 
 # The web UI with its daemon (sensors, schedules, the run queue). Ctrl-C stops it and everything it
 # started (code server, run workers, training and vLLM subprocesses, log tailers): factory.deploy.session.

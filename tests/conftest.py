@@ -43,6 +43,8 @@ import pytest
 
 from factory.lake import CommitStamp, Lake
 from factory.lake.schemas import REFINED_DOCUMENTS
+import suite_timing
+from shared_servers import pytest_runtest_makereport, register, shared_servers_alive, unregister  # noqa: F401
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 
@@ -93,6 +95,63 @@ class Corpus:
             data = pa.Table.from_pylist(rows[i:i + step], schema=REFINED_DOCUMENTS.as_arrow())
             snapshot = lake.commit(table, data, self.stamp, schema=REFINED_DOCUMENTS).snapshot_id
         return snapshot
+
+
+def pytest_configure(config):
+    suite_timing.activate(config)  # where the time goes, when bench/suite_bench.py asks (FACTORY_SUITE_TIMING)
+
+
+# -- tiers: every test belongs to exactly one (README "Tests": which command runs which) -------------
+TIERS = ("check", "spark", "rest", "slow", "gpu")
+# Session fixtures too costly to build once per xdist worker: the tests that use one run on one worker.
+ONE_PER_RUN = ("demo_home",)
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: `-m check` must see the markers given here
+def pytest_collection_modifyitems(config, items):
+    """A test with no tier marker is in `check`, the fast hermetic tier; a test with two is an error
+    (which command would run it?). Under pytest-xdist's `--dist loadgroup` a test file runs on one
+    worker (its module fixtures are built once), and the tests of a fixture in ONE_PER_RUN run on
+    one worker, whatever their file (one `make demo` per run)."""
+    twice = []
+    for item in items:
+        tiers = {m.name for m in item.iter_markers() if m.name in TIERS}
+        callspec = getattr(item, "callspec", None)
+        if len(tiers) > 1 and callspec is not None:  # the [rest] case of a slow or spark test is slow or spark
+            dropped = {m.name for m in callspec.marks if m.name in TIERS}
+            item.own_markers[:] = [m for m in item.own_markers if m.name not in dropped]
+        tiers = sorted({m.name for m in item.iter_markers() if m.name in TIERS})
+        if item.get_closest_marker("xdist_group") is None:  # under `--dist loadgroup`: see the docstring
+            home = next((f for f in ONE_PER_RUN if f in item.fixturenames), None)
+            item.add_marker(pytest.mark.xdist_group(home or item.nodeid.split("::")[0]))
+        if not tiers:
+            item.add_marker(pytest.mark.check)
+        elif len(tiers) > 1:
+            twice.append(f"{item.nodeid}: {', '.join(tiers)}")
+    if twice:
+        raise pytest.UsageError("a test belongs to exactly one tier of " + ", ".join(TIERS) + "; these carry several:\n  "
+                                + "\n  ".join(twice))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """The `check` tier is hermetic: a test in it (or a fixture it sets up) that creates an inet socket
+    fails with pytest-socket's SocketBlockedError; every other tier may. (`make check` also runs
+    the tier in a network namespace of its own, so a subprocess cannot reach a server either.)"""
+    from pytest_socket import disable_socket, enable_socket
+
+    if item.get_closest_marker("check") is not None:
+        disable_socket(allow_unix_socket=True)
+    else:
+        enable_socket()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item):
+    """Sockets back on for teardown: the last test's teardown also stops the session's servers."""
+    from pytest_socket import enable_socket
+
+    enable_socket()
 
 
 DEPLOY_VARIABLES = ("FACTORY_DEPLOY", "FACTORY_DEPLOY_JSON")
@@ -149,9 +208,11 @@ def seaweedfs(tmp_path_factory):
     root = tmp_path_factory.mktemp("seaweedfs")
     profile = seaweed.rest_profile(free_port(), free_port())
     server = seaweed.start_seaweedfs(root / "data", profile, root / "weed.log")
+    register("seaweedfs", "the session's SeaweedFS (S3 + Iceberg REST)", server, marker="rest")
     try:
         yield SeaweedFS(server, profile)
     finally:
+        unregister("seaweedfs")
         server.stop()
 
 

@@ -189,7 +189,6 @@ def test_a_second_seaweedfs_on_other_ports_runs_beside_and_stops_by_pid(seaweedf
         assert not port_open("127.0.0.1", int(url.rsplit(":", 1)[1]))
 
 
-@pytest.mark.slow
 def test_train_export_and_eval_on_the_rest_lake(profile, tmp_path, build_training_lake):
     """The smoke chain with every table on S3: refined tables, tokenizer and mix, 8 training steps
     (checkpoint rows), an export found through lineage, and held-out bpb scores (~90 s under load)."""

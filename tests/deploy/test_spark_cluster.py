@@ -14,9 +14,8 @@ session's SeaweedFS, a fresh warehouse bucket): the executors read and write the
 through pyarrow (no S3A jars here) and must decide exactly as `local[2]` did.
 
 The first three tests are unit tests (no JVM): the session settings a `spark://` master gets, the
-executors' S3 settings, and `SparkResource` following the active profile. The others are marked
-`spark` + `slow` (the REST one also `rest`): a JDK, three Spark daemons, SeaweedFS and two
-sessions; ~2.5 min on an idle 2-core machine, more under load.
+executors' S3 settings, and `SparkResource` following the active profile. The others are in the
+`slow` tier (a JDK, three Spark daemons, SeaweedFS for the REST one, and two sessions): ~2.5 min on an idle 2-core machine, more under load.
 """
 
 from __future__ import annotations
@@ -162,7 +161,6 @@ def run_chain(spark, home: Path, lake: Lake | None = None, s3=None) -> dict:
     }
 
 
-@pytest.mark.spark
 @pytest.mark.slow
 def test_the_cluster_registers_two_workers_on_loopback(cluster):
     state = cluster.state()
@@ -197,7 +195,6 @@ def assert_same_decisions(on_cluster: dict, local: dict) -> None:
     assert on_cluster["dropped"] == local["dropped"] and len(on_cluster["dropped"]) == 5
 
 
-@pytest.mark.spark
 @pytest.mark.slow
 def test_the_chain_on_the_cluster_decides_like_local(cluster, cluster_spark, local_chain, tmp_path):
     assert cluster_spark.sparkContext.master == cluster.url
@@ -209,9 +206,7 @@ def test_the_chain_on_the_cluster_decides_like_local(cluster, cluster_spark, loc
     assert_same_decisions(on_cluster, local_chain)
 
 
-@pytest.mark.spark
 @pytest.mark.slow
-@pytest.mark.rest
 def test_the_chain_on_the_cluster_over_rest_and_s3_decides_like_local(cluster_spark, local_chain, rest_profile,
                                                                        tmp_path):
     """Executors read and write the s3:// data files through pyarrow (no S3A here)."""
@@ -244,7 +239,6 @@ spark.stop()
 """
 
 
-@pytest.mark.spark
 @pytest.mark.slow
 def test_executors_run_the_drivers_venv_in_a_fresh_driver(cluster, tmp_path):
     """A driver process that never ran a local session and has no PYSPARK_PYTHON: the executors

@@ -9,7 +9,7 @@ re-resolved its profile by name would have opened the embedded one there).
 
 Runs on CPU against the session's SeaweedFS (free loopback ports, a fresh S3 Tables bucket), one
 intra-op thread per process; REST only (the sqlite path is the default every other trainer test
-takes); `slow` and `rest`, ~20 s on 2 cores (a training lake on S3, two trainer processes of ~7 s).
+takes); the `slow` tier, ~20 s on 2 cores (a training lake on S3, two trainer processes of ~7 s).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from factory.experiments.sweep import SweepConfig, expand
 from factory.train.checkpoint import checkpoints
 from factory.train.config import CheckpointConfig, TrackerConfig
 
-pytestmark = [pytest.mark.slow, pytest.mark.rest]
+pytestmark = pytest.mark.slow
 
 
 @pytest.mark.parametrize("catalog", ["rest"], indirect=True)

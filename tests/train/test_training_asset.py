@@ -172,7 +172,6 @@ def test_bad_configs_fail_in_the_asset_before_any_process_starts(make_lake, trai
 
 
 @pytest.mark.slow
-@pytest.mark.rest
 @pytest.mark.parametrize("catalog", ["rest"], indirect=True)
 def test_trainer_subprocesses_write_to_the_rest_lake_and_create_no_sqlite_catalog(catalog, make_lake, training_env):
     lake = make_lake("rest")

@@ -1,0 +1,170 @@
+"""Where the test suite's time goes: each tier's wall and CPU time, the slowest tests and fixtures,
+and how often each kind of server is started in one run.
+
+Method. `--run` runs a suite command (default `make test`) with `FACTORY_SUITE_TIMING=<dir>`,
+which turns on the timing plugin (`tests/suite_timing.py`, which tests/conftest.py hands every session):
+it writes one JSON file per pytest process into the directory, then prints the report; `--report DIR` prints it again from such
+a directory; `--compare BEFORE AFTER` prints two runs' tier tables side by side with the ratio
+after/before. `.ci/run` prints the short form (`--top 20`) at the end of every CI run. `--coverage` (with
+`make test`) adds line coverage of the core and the Dagster layer through pytest-cov, each lane's
+data combined at the end.
+
+A process's wall time runs from its plugin's start (after collection's imports) to its session's
+end; its CPU time is its own plus its waited-for children's (`getrusage`), so a server killed and
+reaped counts, a daemon that outlives the process does not. A fixture's time is its setup (a
+session fixture is paid once, by the first test that asks). Server counts come from a process-table
+sampler (every 0.25 s) plus a count of in-process vLLM engines (see tests/suite_timing.py).
+
+    .venv/bin/python bench/suite_bench.py --run [--coverage] [--out DIR] [-- COMMAND ...]
+    .venv/bin/python bench/suite_bench.py --report DIR [--top 30]
+    .venv/bin/python bench/suite_bench.py --compare BEFORE_DIR AFTER_DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+CHECKOUT = Path(__file__).resolve().parents[1]
+
+
+def load(directory: Path) -> list[dict]:
+    records = [json.loads(p.read_text()) for p in sorted(directory.glob("*.json")) if p.name != "run.json"]
+    if not records:
+        raise SystemExit(f"suite_bench: {directory} holds no timing records (was the suite run with "
+                         f"FACTORY_SUITE_TIMING={directory}?)")
+    return records
+
+
+def summary(directory: Path) -> dict:
+    records = load(directory)
+    mains = [r for r in records if not r.get("worker")]
+    run_file = directory / "run.json"
+    run = json.loads(run_file.read_text()) if run_file.exists() else {}
+    tests, fixtures, servers = {}, [], Counter()
+    for r in records:
+        tests.update(r["tests"])
+        fixtures += r["fixtures"]
+        servers.update(r["servers"])
+    tiers: dict[str, dict] = defaultdict(lambda: {"tests": 0, "seconds": 0.0})
+    for t in tests.values():
+        tiers[t["tier"]]["tests"] += 1
+        tiers[t["tier"]]["seconds"] += sum(t.get(w, 0.0) for w in ("setup", "call", "teardown"))
+    return {"run": run, "processes": mains, "tests": tests, "fixtures": fixtures, "servers": servers, "tiers": tiers}
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:5.1f} min"
+
+
+def report(directory: Path, top: int) -> None:
+    s = summary(directory)
+    if s["run"]:
+        print(f"suite: `{s['run']['command']}` took {s['run']['wall']:.0f} s wall ({_minutes(s['run']['wall'])}), "
+              f"exit {s['run']['exit']}")
+        if "coverage" in s["run"]:
+            print(f"line coverage of {COVERED}: {s['run']['coverage']} %")
+    print("\npytest processes (wall from plugin start to session end; CPU = own + reaped children):")
+    print(f"  {'process':<28} {'wall s':>8} {'CPU s':>8} {'tests':>6} {'exit':>5}")
+    for p in s["processes"]:
+        print(f"  {p['label']:<28} {p['wall']:8.0f} {p['cpu']:8.0f} {len(p['tests']):6d} {p['exitstatus']:5d}")
+    print("\ntiers (the sum of their tests' setup + call + teardown):")
+    for tier, t in sorted(s["tiers"].items(), key=lambda kv: -kv[1]["seconds"]):
+        print(f"  {tier:<10} {t['tests']:5d} tests {t['seconds']:8.0f} s")
+    outcomes = Counter(t["outcome"] for t in s["tests"].values())
+    print("  outcomes: " + ", ".join(f"{n} {k}" for k, n in sorted(outcomes.items())))
+    durations = sorted(((sum(t.get(w, 0.0) for w in ("setup", "call", "teardown")), node, t["tier"])
+                        for node, t in s["tests"].items()), reverse=True)
+    print(f"\nthe {top} slowest tests (setup + call + teardown):")
+    for seconds, node, tier in durations[:top]:
+        print(f"  {seconds:7.1f} s  [{tier}] {node}")
+    if top >= 30:
+        print(f"\nthe {top} slowest fixture setups:")
+        for f in sorted(s["fixtures"], key=lambda f: -f["seconds"])[:top]:
+            print(f"  {f['seconds']:7.1f} s  {f['fixture']} ({f['scope']}) for {f['test']}")
+    print("\nservers started in this run:")
+    for kind, n in sorted(s["servers"].items(), key=lambda kv: -kv[1]) or [("(none)", 0)]:
+        print(f"  {n:4d}  {kind}")
+
+
+def compare(before: Path, after: Path) -> None:
+    a, b = summary(before), summary(after)
+    print(f"  {'':<12} {'before':>10} {'after':>10} {'after/before':>13}")
+    if a["run"] and b["run"]:
+        print(f"  {'suite wall':<12} {a['run']['wall']:10.0f} {b['run']['wall']:10.0f} "
+              f"{b['run']['wall'] / a['run']['wall']:13.2f}")
+    for tier in sorted(set(a["tiers"]) | set(b["tiers"])):
+        x, y = a["tiers"].get(tier, {"seconds": 0.0}), b["tiers"].get(tier, {"seconds": 0.0})
+        ratio = f"{y['seconds'] / x['seconds']:13.2f}" if x["seconds"] else f"{'-':>13}"
+        print(f"  {tier:<12} {x['seconds']:10.0f} {y['seconds']:10.0f} {ratio}")
+    print(f"  {'tests':<12} {len(a['tests']):10d} {len(b['tests']):10d}")
+    for kind in sorted(set(a["servers"]) | set(b["servers"])):
+        print(f"  {kind[:40]:<40} {a['servers'].get(kind, 0):4d} -> {b['servers'].get(kind, 0):4d}")
+
+
+COVERED = "factory, assets, resources, sensors, kernels"
+
+
+def coverage_rc(out: Path) -> Path:
+    """A coverage config for one run: every lane (and xdist worker) saves its own data file under
+    `out`, combined at the end (`parallel`), over the core and the Dagster layer."""
+    rc = out / "coverage.rc"
+    rc.write_text(f"[run]\nsource = {COVERED}\nparallel = True\ndata_file = {out / '.coverage'}\n")
+    return rc
+
+
+def coverage_total(out: Path) -> str:
+    rc, python = out / "coverage.rc", str(CHECKOUT / ".venv" / "bin" / "python")
+    subprocess.run([python, "-m", "coverage", "combine", f"--rcfile={rc}"], cwd=CHECKOUT, capture_output=True)
+    done = subprocess.run([python, "-m", "coverage", "report", f"--rcfile={rc}", "--format=total", "--precision=2"],
+                          cwd=CHECKOUT, capture_output=True, text=True)
+    return done.stdout.strip() or done.stderr.strip()
+
+
+def run(out: Path, command: list[str], top: int, coverage: bool = False) -> int:
+    out.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, FACTORY_SUITE_TIMING=str(out))
+    if coverage:  # make's PYTEST_ARGS, not PYTEST_ADDOPTS: that would reach the pytest runs tests start
+        command = [*command, f"PYTEST_ARGS=--cov --cov-config={coverage_rc(out)} --cov-report="]
+    start = time.time()
+    code = subprocess.call(command, cwd=CHECKOUT, env=env)
+    record = {"command": " ".join(command), "wall": time.time() - start, "exit": code}
+    if coverage:
+        record["coverage"] = coverage_total(out)
+    (out / "run.json").write_text(json.dumps(record))
+    report(out, top)
+    print(f"\ntiming records: {out}")
+    return code
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--run", action="store_true", help="run COMMAND (default: make test) and report")
+    mode.add_argument("--report", type=Path, metavar="DIR", help="report a finished run's records")
+    mode.add_argument("--compare", type=Path, nargs=2, metavar=("BEFORE", "AFTER"))
+    parser.add_argument("--out", type=Path, help="where --run writes its records (default: a new temp dir)")
+    parser.add_argument("--coverage", action="store_true",
+                        help=f"with --run of make test: line coverage of {COVERED} (pytest-cov), combined")
+    parser.add_argument("--top", type=int, default=30, help="how many slowest tests (and fixtures, at 30+)")
+    parser.add_argument("command", nargs="*", help="the suite command after --, default: make test")
+    args = parser.parse_args()
+    if args.report:
+        report(args.report, args.top)
+        return 0
+    if args.compare:
+        compare(*args.compare)
+        return 0
+    out = args.out or Path(tempfile.mkdtemp(prefix="suite-timing-"))
+    return run(out, args.command or ["make", "test"], args.top, args.coverage)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
