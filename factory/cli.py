@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     out = _Console(file=sys.stdout, width=wide, highlight=False)
     try:
         if getattr(args, "deploy", None):
-            # processes this command starts (cells' trainers, dagster-graphql and its runs) get it too
+            # processes this command starts (cells' trainers, jobs/queue_runs.py and its runs) get it too
             from factory.deploy import profile_env
 
             settings.export(profile_env(profile(args)))
@@ -243,8 +243,8 @@ def _deploy_commands(commands, home) -> None:
 def _experiment_commands(commands, home) -> None:
     module = "factory.experiments.commands"
     url = argparse.ArgumentParser(add_help=False)
-    url.add_argument("--url", help="Dagster webserver, e.g. http://127.0.0.1:3000 (default: queue through "
-                                   "dagster-graphql into $DAGSTER_HOME, no server needed)")
+    url.add_argument("--url", help="Dagster webserver, e.g. http://127.0.0.1:3000 (default: queue into "
+                                   "$DAGSTER_HOME from a local process, no server needed)")
     experiment = commands.add_parser("experiment", parents=[home], help="experiments as code: list, show, submit")
     actions = experiment.add_subparsers(dest="experiment_command", required=True, metavar="ACTION")
     actions.add_parser("list", parents=[home], help="every experiment in configs/experiments and its run name") \

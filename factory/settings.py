@@ -81,7 +81,7 @@ def temporarily(name: str, value: str):
 
 def export(values: Mapping[str, str]) -> None:
     """Set variables for the processes this one starts from now on (a CLI's `--deploy` is handed
-    down this way to dagster-graphql and the runs it launches)."""
+    down this way to jobs/queue_runs.py and the runs it queues)."""
     os.environ.update(values)
 
 

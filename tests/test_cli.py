@@ -318,7 +318,7 @@ def test_rich_output_into_a_closed_pipe_exits_zero(lake_home, tmp_path, monkeypa
 # -- experiment register ----------------------------------------------------------------------------
 def test_experiment_register_adds_partitions_to_the_instance_without_the_code_location(tmp_path):
     """`make demo`'s first step: the runs' training_run partitions go straight into the instance in
-    DAGSTER_HOME (jobs/add_partitions.py, dagster alone), not through dagster-graphql, which loads
+    DAGSTER_HOME (jobs/queue_runs.py, dagster alone), not through a code server, which loads
     every asset module; a second call adds nothing and prints the same run names."""
     from dagster import DagsterInstance
 

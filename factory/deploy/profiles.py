@@ -3,7 +3,7 @@
 The profile is chosen by one setting, read when a process first asks: `--deploy` on the CLI,
 else `FACTORY_DEPLOY` (a function name in `configs/deploy`, or a `.yaml`/`.json` file), else
 `embedded`. A process the factory starts (the trainer through Pipes, `factory sweep run`'s cells,
-dagster-graphql) receives the profile it must use explicitly, as JSON in `FACTORY_DEPLOY_JSON`,
+jobs/queue_runs.py) receives the profile it must use explicitly, as JSON in `FACTORY_DEPLOY_JSON`,
 which wins over the name: a child never re-resolves the name in a different environment and
 lands on another catalog.
 """

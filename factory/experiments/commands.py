@@ -2,10 +2,9 @@
 
 `experiment list | show | submit | register` and `sweep list | show | launch` read the config
 files as they are now, plan against the lake (errors name the experiment and the field) and, for
-`submit` / `launch`, queue runs in Dagster over GraphQL (`factory.experiments.launcher`): to the
-webserver with `--url`, else in a local process against `$DAGSTER_HOME`. `register` without
-`--url` writes the partitions straight to that instance (jobs/add_partitions.py), skipping the
-code location that dagster-graphql would load (every asset module, torch, Spark). `sweep run` trains and
+`submit` / `launch`, queue runs in Dagster (`factory.experiments.launcher`): to the webserver
+with `--url`, else into `$DAGSTER_HOME` through one small process that imports Dagster alone
+(jobs/queue_runs.py), which `register` also uses to add the partitions. `sweep run` trains and
 evaluates the cells one after another without Dagster (the same trainer and eval calls), and
 `sweep results` ranks the cells as the lake stands, read only; with `--write` it also commits
 `sweeps.results` and draws the plot (what the `sweeps/results` asset does). An RL sweep's
@@ -63,40 +62,18 @@ def _runs(args):
 
 def cmd_experiment_register(args, out: Console) -> int:
     """Partitions only: no plan, so it works before the mix exists (`make demo` calls it first)."""
+    from factory.experiments.launcher import PARTITIONS, queue_for
     from factory.experiments.registry import discover_experiments
     from factory.experiments.sweep import run_name
 
     found = discover_experiments()
     names = sorted(found.found) if args.all else args.names
     runs = [run_name(found.get(n, "experiment", "configs/experiments")) for n in names]
-    if args.url:
-        from factory.experiments.launcher import GraphQL, add_partitions
-
-        add_partitions(runs, GraphQL(args.url))
-    else:
-        _add_partitions_here(runs)
+    with queue_for(args.url) as queue:
+        queue.add_partitions(PARTITIONS, runs)
     for r in runs:
         out.print(r)
     return 0
-
-
-def _add_partitions_here(runs: list[str]) -> None:
-    """Add the `training_run` partitions straight to the instance in $DAGSTER_HOME: one small
-    process that imports dagster alone (jobs/add_partitions.py), instead of dagster-graphql, which
-    loads every asset module (torch, Spark) to make the same write."""
-    import subprocess
-    import sys
-
-    from factory import settings
-    from factory.experiments.launcher import PARTITIONS, LaunchError
-    from factory.home import CHECKOUT
-
-    script = CHECKOUT / "jobs" / "add_partitions.py"
-    done = subprocess.run([sys.executable, str(script), PARTITIONS, *runs], cwd=CHECKOUT, capture_output=True,
-                          text=True, env=settings.environment(), timeout=300)
-    if done.returncode:
-        raise LaunchError(f"adding the training_run partitions {', '.join(runs)} to the Dagster instance failed "
-                          f"(exit {done.returncode}): {(done.stderr or done.stdout).strip()[-2000:]}")
 
 
 def cmd_experiment_train(args, out: Console) -> int:
@@ -124,11 +101,13 @@ def cmd_experiment_train(args, out: Console) -> int:
 
 
 def cmd_experiment_submit(args, out: Console) -> int:
-    from factory.experiments.launcher import GraphQL, submit
+    from factory.experiments.launcher import queue_for, submit
 
     started = time.perf_counter()
-    runs = _runs(args)
-    return _report(out, runs, submit(runs, GraphQL(args.url), skip_existing=not args.force), started)
+    with queue_for(args.url) as queue:  # without --url its process starts now, beside the planning
+        runs = _runs(args)
+        submitted = submit(runs, queue, skip_existing=not args.force)
+    return _report(out, runs, submitted, started)
 
 
 def _report(out: Console, runs, submitted, started: float) -> int:
@@ -170,13 +149,15 @@ def cmd_sweep_show(args, out: Console) -> int:
 
 
 def cmd_sweep_launch(args, out: Console) -> int:
-    from factory.experiments.launcher import GraphQL, submit
+    from factory.experiments.launcher import queue_for, submit
     from factory.experiments.queue import sweep_runs
     from factory.experiments.registry import get_sweep
 
     started = time.perf_counter()
-    runs = sweep_runs(_lake(args), get_sweep(args.name))
-    return _report(out, runs, submit(runs, GraphQL(args.url), skip_existing=not args.force), started)
+    with queue_for(args.url) as queue:  # without --url its process starts now, beside the planning
+        runs = sweep_runs(_lake(args), get_sweep(args.name))
+        submitted = submit(runs, queue, skip_existing=not args.force)
+    return _report(out, runs, submitted, started)
 
 
 def cmd_sweep_run(args, out: Console) -> int:

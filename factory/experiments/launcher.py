@@ -1,36 +1,43 @@
-"""Submitting queued runs to Dagster from outside it, over Dagster's GraphQL API.
+"""Queueing runs in Dagster from outside it: to a webserver, or into $DAGSTER_HOME with no server.
 
-`factory experiment submit` and `factory sweep launch` talk to the factory the way the web UI
-does: to a running webserver (`--url http://127.0.0.1:3000`, what `make ui` serves), or, with no
-server up, through `dagster-graphql -w workspace.yaml`, which executes the same document in a
-local process against the instance in `$DAGSTER_HOME` (runs wait in the queue until a daemon
-picks them up). Either way this module speaks plain GraphQL over JSON, so the core still never
-imports Dagster.
+`factory experiment submit` and `factory sweep launch` queue runs one of two ways, chosen by
+`queue_for(url)`:
+- `GraphQL`: to a running webserver (`--url http://127.0.0.1:3000`, what `make ui` serves), over
+  Dagster's GraphQL API, the way the web UI does.
+- `LocalInstance`: with no server, into the instance in `$DAGSTER_HOME` (runs wait in the queue
+  until a daemon picks them up), through `jobs/queue_runs.py`, one small process that imports
+  Dagster alone and keeps what the code server knows about a job in a cache (its docstring says
+  how), instead of `dagster-graphql`, which loaded every asset module for each document. It starts
+  when the command does, so Dagster imports while the runs are planned against the lake.
+Either way this module imports no Dagster.
 
-One launch is two documents, whatever the number of runs: a query for the runs that already
-exist of each run's partition (its `dagster/partition` tag, whoever launched it: an unchanged
-experiment is never rerun; a failed or canceled one may be), then one mutation that adds every
-run's partition to its definition (`training_runs`, or `rl_runs` for an RL sweep's cells) and
-launches every run of its job (`QueuedRun.job`), each under an alias. That is what makes a sweep
-queue in about a second.
+One launch is two questions, whatever the number of runs: which runs already exist of each run's
+partition (its `dagster/partition` tag, whoever launched it: an unchanged experiment is never
+rerun; a failed or canceled one may be), then add every run's partition to its definition
+(`training_runs`, or `rl_runs` for an RL sweep's cells) and launch every run of its job
+(`QueuedRun.job`). Both ways answer in the webserver's GraphQL shapes, and `submit` alone decides
+what to skip and checks the answers.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
+import select
 import subprocess
 import sys
+import tempfile
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from factory import settings
 from factory.experiments.queue import RERUNNABLE, TRAINING_PARTITIONS, QueuedRun
 from factory.home import CHECKOUT
 
 LOCATION, REPOSITORY, PARTITIONS = "definitions", "__repository__", TRAINING_PARTITIONS
 REPO = f'{{repositoryLocationName: "{LOCATION}", repositoryName: "{REPOSITORY}"}}'
+QUEUE_SCRIPT = CHECKOUT / "jobs" / "queue_runs.py"
 
 
 class LaunchError(RuntimeError):
@@ -46,71 +53,137 @@ class Submitted:
 
 
 class GraphQL:
-    """Executes a document against `url`, or in-process with `dagster-graphql` when url is None."""
+    """A Dagster webserver at `url`: each question is one GraphQL document over HTTP."""
 
-    def __init__(self, url: str | None = None, workspace: Path = CHECKOUT / "workspace.yaml", timeout: float = 120):
-        self.url, self.workspace, self.timeout = url, workspace, timeout
+    def __init__(self, url: str, timeout: float = 120):
+        self.url, self.timeout = url, timeout
+
+    def __enter__(self) -> GraphQL:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
 
     def __call__(self, document: str, variables: dict | None = None) -> dict:
-        if self.url:
-            request = urllib.request.Request(self.url.rstrip("/") + "/graphql", method="POST",
-                                             data=json.dumps({"query": document, "variables": variables or {}}).encode(),
-                                             headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(self.url.rstrip("/") + "/graphql", method="POST",
+                                         data=json.dumps({"query": document, "variables": variables or {}}).encode(),
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                body = json.loads(response.read())
+        except urllib.error.HTTPError as e:  # GraphQL errors come back as 400 with a JSON body
             try:
-                with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                    body = json.loads(response.read())
-            except urllib.error.HTTPError as e:  # GraphQL errors come back as 400 with a JSON body
-                try:
-                    body = json.loads(e.read())
-                except ValueError:
-                    raise LaunchError(f"Dagster webserver at {self.url} answered {e.code}: {e.reason}") from None
-            except (urllib.error.URLError, OSError) as e:
-                raise LaunchError(f"cannot reach the Dagster webserver at {self.url}: {e} (start it with `make ui`, "
-                                  "or leave out --url to queue through dagster-graphql)") from None
-        else:
-            body = self._local(document, variables)
+                body = json.loads(e.read())
+            except ValueError:
+                raise LaunchError(f"Dagster webserver at {self.url} answered {e.code}: {e.reason}") from None
+        except (urllib.error.URLError, OSError) as e:
+            raise LaunchError(f"cannot reach the Dagster webserver at {self.url}: {e} (start it with `make ui`, "
+                              "or leave out --url to queue into $DAGSTER_HOME with no server)") from None
         if body.get("errors"):
             raise LaunchError(f"Dagster GraphQL error: {body['errors'][0].get('message', body['errors'])}")
         return body["data"]
 
-    def _local(self, document: str, variables: dict | None) -> dict:
-        import tempfile
+    def existing(self, runs: list[str]) -> dict[str, list[dict]]:
+        """run name -> Dagster runs of its partition ({runId, status}), newest first."""
+        fields = "\n".join(
+            f'h{i}: runsOrError(filter: {{tags: [{{key: "dagster/partition", value: {json.dumps(h)}}}]}}) '
+            f'{{ ... on Runs {{ results {{ runId status }} }} ... on PythonError {{ message }} }}'
+            for i, h in enumerate(runs))
+        data = self(f"query {{ {fields} }}")
+        out = {}
+        for i, h in enumerate(runs):
+            answer = data[f"h{i}"]
+            if "message" in answer:
+                raise LaunchError(f"Dagster could not list runs: {answer['message']}")
+            out[h] = answer["results"]
+        return out
 
-        exe = shutil.which("dagster-graphql", path=str(Path(sys.executable).parent)) or shutil.which("dagster-graphql")
-        if not exe:
-            raise LaunchError("dagster-graphql is not installed in this environment (pip install dagster-graphql)")
-        with tempfile.TemporaryDirectory() as tmp:
-            answer = Path(tmp) / "answer.json"  # stdout also carries the code location's logs
-            done = subprocess.run([exe, "-w", str(self.workspace), "-t", document, "-v", json.dumps(variables or {}),
-                                   "-o", str(answer)], cwd=self.workspace.parent, capture_output=True, text=True,
-                                  timeout=self.timeout)
-            if done.returncode or not answer.exists():
-                raise LaunchError(f"dagster-graphql failed (exit {done.returncode}): "
-                                  f"{(done.stderr or done.stdout)[-2000:]}")
-            return json.loads(answer.read_text())
+    def launch(self, runs: list[QueuedRun]) -> list[tuple[dict, dict]]:
+        """(addDynamicPartition answer, launchRun answer) of each run, in one mutation."""
+        data = self(_mutation([r.partitions for r in runs]), _variables(runs))
+        return [(data[f"p{j}"], data[f"r{j}"]) for j in range(len(runs))]
 
-
-def existing_runs(gql: GraphQL, runs: list[str]) -> dict[str, list[dict]]:
-    """run name -> Dagster runs of its `training_run` partition ({runId, status}), newest first."""
-    if not runs:
-        return {}
-    fields = "\n".join(
-        f'h{i}: runsOrError(filter: {{tags: [{{key: "dagster/partition", value: {json.dumps(h)}}}]}}) '
-        f'{{ ... on Runs {{ results {{ runId status }} }} ... on PythonError {{ message }} }}'
-        for i, h in enumerate(runs))
-    data = gql(f"query {{ {fields} }}")
-    out = {}
-    for i, h in enumerate(runs):
-        answer = data[f"h{i}"]
-        if "message" in answer:
-            raise LaunchError(f"Dagster could not list runs: {answer['message']}")
-        out[h] = answer["results"]
-    return out
+    def add_partitions(self, partitions: str, keys: list[str]) -> None:
+        data = self("mutation { " + "\n".join(_add_partition(f"p{j}", json.dumps(k), partitions)
+                                                for j, k in enumerate(keys)) + " }")
+        for j, k in enumerate(keys):
+            _check_added(data[f"p{j}"], k)
 
 
-def submit(runs: list[QueuedRun], gql: GraphQL, *, skip_existing: bool = True) -> list[Submitted]:
+class LocalInstance:
+    """The instance in $DAGSTER_HOME, through `jobs/queue_runs.py` (one process for every question,
+    started here: Dagster imports while the caller plans its runs). Use it as a context manager."""
+
+    def __init__(self, timeout: float = 600, cache: Path | None = None):
+        self.timeout = timeout
+        self._stderr = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe: its logs never block it
+        command = [sys.executable, str(QUEUE_SCRIPT), *(["--cache", str(cache)] if cache else [])]
+        self._process = subprocess.Popen(command, cwd=CHECKOUT, env=settings.environment(), text=True,
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr)
+
+    def __enter__(self) -> LocalInstance:
+        return self
+
+    def __exit__(self, kind, *exc) -> None:
+        self.close(kill=kind is not None)
+
+    def close(self, kill: bool = False) -> None:
+        """Let the process finish (stdin closed); `kill`: stop it now (nothing asked, or an error)."""
+        if self._process.poll() is None:
+            if kill:
+                self._process.kill()
+            else:
+                self._process.stdin.close()
+            try:
+                self._process.wait(timeout=self.timeout)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+        self._stderr.close()
+
+    def _ask(self, request: dict, doing: str) -> dict:
+        where = f"{doing} in the Dagster instance in {settings.get('DAGSTER_HOME') or '(DAGSTER_HOME unset)'}"
+        try:
+            self._process.stdin.write(json.dumps(request) + "\n")
+            self._process.stdin.flush()
+        except BrokenPipeError:
+            pass  # it has exited: said below
+        ready, _, _ = select.select([self._process.stdout], [], [], self.timeout)
+        if not ready:
+            self._process.kill()
+            raise LaunchError(f"{where}: no answer from {QUEUE_SCRIPT.name} in {self.timeout:.0f} s")
+        line = self._process.stdout.readline()
+        if not line:
+            code = self._process.wait()
+            self._stderr.seek(0)
+            raise LaunchError(f"{where} failed: {QUEUE_SCRIPT.name} exited ({code}): "
+                              f"{self._stderr.read().strip()[-2000:]}")
+        reply = json.loads(line)
+        if "error" in reply:
+            raise LaunchError(f"{where} failed: {reply['error']}")
+        return reply
+
+    def existing(self, runs: list[str]) -> dict[str, list[dict]]:
+        return self._ask({"op": "existing", "runs": runs}, "listing runs")["existing"]
+
+    def launch(self, runs: list[QueuedRun]) -> list[tuple[dict, dict]]:
+        request = [{"run": r.run, "job": r.job, "partitions": r.partitions, "run_config": r.run_config,
+                    "tags": {**r.tags, "dagster/partition": r.run}} for r in runs]
+        return [tuple(x) for x in self._ask({"op": "launch", "runs": request}, "queueing runs")["launched"]]
+
+    def add_partitions(self, partitions: str, keys: list[str]) -> None:
+        self._ask({"op": "add_partitions", "partitions": partitions, "keys": keys},
+                  f"adding the {partitions} partitions {', '.join(keys)}")
+
+
+def queue_for(url: str | None) -> GraphQL | LocalInstance:
+    """The webserver at `url`, else the instance in $DAGSTER_HOME (its process starts now)."""
+    return GraphQL(url) if url else LocalInstance()
+
+
+def submit(runs: list[QueuedRun], queue: GraphQL | LocalInstance, *, skip_existing: bool = True) -> list[Submitted]:
     """Queue `runs` (see the module docstring); results in input order."""
-    seen = existing_runs(gql, sorted({r.run for r in runs})) if skip_existing else {}
+    seen = queue.existing(sorted({r.run for r in runs})) if skip_existing and runs else {}
     results: dict[int, Submitted] = {}
     todo = []
     for i, r in enumerate(runs):
@@ -120,10 +193,9 @@ def submit(runs: list[QueuedRun], gql: GraphQL, *, skip_existing: bool = True) -
         else:
             todo.append((i, r))
     if todo:
-        data = gql(_mutation([r.partitions for _, r in todo]), _variables(todo))
-        for j, (i, r) in enumerate(todo):
-            _check_added(data[f"p{j}"], r.run)
-            launched = data[f"r{j}"]
+        answers = queue.launch([r for _, r in todo])
+        for (i, r), (added, launched) in zip(todo, answers):
+            _check_added(added, r.run)
             if launched["__typename"] != "LaunchRunSuccess":
                 problem = launched.get("message") or "; ".join(e["message"] for e in launched.get("errors", []))
                 raise LaunchError(f"{r.run}: launch refused ({launched['__typename']}): {problem}")
@@ -153,9 +225,9 @@ def _mutation(partitions: list[str]) -> str:
     return f"mutation Launch({params}) {{\n{body}\n}}"
 
 
-def _variables(todo: list[tuple[int, QueuedRun]]) -> dict:
+def _variables(runs: list[QueuedRun]) -> dict:
     out = {}
-    for j, (_, r) in enumerate(todo):
+    for j, r in enumerate(runs):
         tags = {**r.tags, "dagster/partition": r.run}
         out[f"k{j}"] = r.run
         out[f"e{j}"] = {
@@ -164,11 +236,3 @@ def _variables(todo: list[tuple[int, QueuedRun]]) -> dict:
             "executionMetadata": {"tags": [{"key": k, "value": v} for k, v in tags.items()]},
         }
     return out
-
-
-def add_partitions(runs: list[str], gql: GraphQL) -> None:
-    """Add the runs' `training_run` partitions without launching anything (to materialize by hand:
-    `dagster asset materialize --select training_run --partition <run>`)."""
-    data = gql("mutation { " + "\n".join(_add_partition(f"p{j}", json.dumps(r)) for j, r in enumerate(runs)) + " }")
-    for j, r in enumerate(runs):
-        _check_added(data[f"p{j}"], r)

@@ -24,7 +24,7 @@ import pytest
 from configs.experiments.rl_toy import rl_toy
 from configs.experiments.smoke import smoke
 from factory.experiments import ExperimentError
-from factory.experiments.launcher import submit
+from factory.experiments.launcher import GraphQL, submit
 from factory.experiments.queue import RL_JOB, RL_PARTITIONS, sweep_runs
 from factory.experiments.results import preview, ranked, write_sweep_results
 from factory.experiments.sweep import REWARD_METRIC, SweepBudget, SweepConfig, expand
@@ -90,10 +90,11 @@ def test_bad_paths_values_and_budgets_are_named(lake):
 
 
 # -- queueing -------------------------------------------------------------------------------------
-class RecordingGraphQL:
+class RecordingGraphQL(GraphQL):
     """Answers `submit`'s two documents as Dagster would for runs it has never seen; keeps them."""
 
     def __init__(self):
+        super().__init__("http://unused")
         self.calls = []
 
     def __call__(self, document: str, variables: dict | None = None) -> dict:

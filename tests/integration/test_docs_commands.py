@@ -59,7 +59,7 @@ ELSEWHERE: list[tuple[str, str, str]] = [
      "test_sweep_launch_queues_every_cell_in_under_10_seconds", "needs the webserver of `make ui`"),
     (r"factory sweep launch\b", "tests/integration/test_sweep_queue.py::"
      "test_experiment_submit_without_a_server_queues_into_the_instance_once",
-     "queues runs into the demo's instance, which `make ui`'s daemon would start (same local-GraphQL path)"),
+     "queues runs into the demo's instance, which `make ui`'s daemon would start (the same no-server path, jobs/queue_runs.py)"),
     (r"factory automix\b", "tests/experiments/test_automix.py::"
      "test_register_proposal_makes_a_mix_version_whose_lineage_reaches_the_proxies",
      "needs the automix sweep trained first"),

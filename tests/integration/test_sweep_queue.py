@@ -9,7 +9,7 @@
   the schedule and complete, one at a time (the `factory/kind=training` concurrency limit). (That a
   later tick skips cells with live runs is covered by tests/dagster/test_experiment_sensor.py.)
 - `factory experiment submit smoke` with no server queues one run into the instance through
-  dagster-graphql; submitting it again queues nothing.
+  jobs/queue_runs.py; submitting it again queues nothing.
 
 Marked `slow` (~1 min, ~3-4 min and ~1 min on 2 CPU cores).
 """
@@ -146,7 +146,7 @@ def test_the_daemon_fires_a_scheduled_sweep_and_its_runs_complete(lake_env, serv
 
 
 def test_experiment_submit_without_a_server_queues_into_the_instance_once(lake_env):
-    """No webserver: `factory experiment submit` queues through dagster-graphql in a local process."""
+    """No webserver: `factory experiment submit` queues through jobs/queue_runs.py in a local process."""
     def submit():
         return subprocess.run([str(BIN / "factory"), "experiment", "submit", "smoke"], cwd=ROOT, env=lake_env,
                               capture_output=True, text=True, timeout=300)
