@@ -7,6 +7,7 @@
     factory ingest python_stdlib [--full]   # the raw ingest, same entry point as the asset
     factory ingest --sources my.yaml notes  # ... of a source declared in a YAML file
     factory doctor                          # is this machine ready, is the lake whole, how to fix it if not
+    factory doctor --full                   # ... reading every manifest and data file of the lake too
     factory lake heal                       # write lineage rows a crash lost (from the snapshots' stamps)
     factory mix show default                # versions of a mix: pinned snapshots, weights, tokens
     factory mix peek default                # decode one batch exactly as training streams it
@@ -153,6 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     doctor = commands.add_parser("doctor", parents=[home], help="check this machine and say how to fix it")
     doctor.add_argument("--json", action="store_true")
+    doctor.add_argument("--full", action="store_true", help="also read every manifest and data file (size, Parquet "
+                                                            "footer) of every table: slower on a long history")
     doctor.set_defaults(run=cmd_doctor)
 
     mix = commands.add_parser("mix", parents=[home], help="mix specs and versions: list, show, register, peek")
@@ -429,7 +432,7 @@ def cmd_doctor(args: argparse.Namespace, out: Console) -> int:
     from factory.doctor import run_checks
     from factory.home import factory_home
 
-    checks = run_checks(factory_home(args.home), catalog_config(profile(args)))
+    checks = run_checks(factory_home(args.home), catalog_config(profile(args)), full=args.full)
     failed = sum(c.status == "fail" for c in checks)
     if args.json:
         print(json.dumps([c.as_dict() for c in checks], indent=2))

@@ -6,9 +6,16 @@ run (Spark without a JDK, code evals without bubblewrap, a package off its pin);
 will run but something deserves a look (little free disk). The pins are the versions verified
 together (pyproject pins the same ones); a drift here is how an "it worked yesterday" starts.
 
-The lake checks read what every table's current snapshot needs (metadata, manifest list,
-manifests, each data file's size and footer) and ask whether every stamped snapshot has its
-lineage row; each damage is a `fail` naming the table and the command that repairs it.
+The lake checks read every table's metadata and manifest list, check that each manifest is
+present at its recorded length and that the list counts the snapshot's data files, and ask
+whether every stamped snapshot has its lineage row (one filtered scan of `factory.lineage` for all
+tables); each damage is a `fail` naming the table and the command that repairs it. That costs a few
+reads per table however long its history, so the doctor answers in about a second on a lake of
+many small commits. `full=True` (`factory doctor --full`) also reads every manifest and every data
+file's size and Parquet footer (`factory.lake.health`): seconds more, the check to run when a
+table misbehaves or the default cannot see the damage (a deleted or corrupt data file).
+The machine's checks that start a process (`java -version`, the sandbox's probe) run in threads
+beside the lake's.
 
 Checks never raise: a broken package must show up as a failed check with its error, not as a
 traceback from the tool meant to diagnose it. That is also why the lake and DuckDB modules are
@@ -148,10 +155,11 @@ def check_duckdb_iceberg() -> Check:
     return Check("duckdb iceberg extension", "ok", "avro + iceberg load from the wheels (offline)")
 
 
-def check_lake(home: Path, config=None) -> list[Check]:
+def check_lake(home: Path, config=None, full: bool = False) -> list[Check]:
     """The lake: its catalog opens (and is not empty beside a warehouse of tables), every table's
-    metadata, manifest list, manifests and data files are readable, and every stamped snapshot
-    has its lineage row. Each damage is a failed check naming the table and what to run."""
+    metadata and manifest list are readable and its manifests present (`full`: every manifest and
+    data file readable too), and every stamped snapshot has its lineage row. Each damage is a
+    failed check naming the table and what to run."""
     try:
         from factory.lake import Lake
         from factory.lake.catalog import HomeMoved, warehouse_tables
@@ -170,36 +178,44 @@ def check_lake(home: Path, config=None) -> list[Check]:
         checks.append(Check("lake warehouse", "warn", f"{len(unlisted)} table directories the catalog does not list: "
                             f"{', '.join(unlisted[:5])}", "`factory lake recover` if the catalog lost them; "
                             "else they are dropped tables' leftovers"))
-    checks += _table_checks(lake, tables)
+    checks += _table_checks(lake, tables, full)
     return checks
 
 
-def _table_checks(lake, tables: list[str]) -> list[Check]:
-    from factory.lake import LakeError
-    from factory.lake.health import table_damage
-    from factory.lake.lineage import LINEAGE_TABLE
+def _table_checks(lake, tables: list[str], full: bool) -> list[Check]:
+    from factory.lake import LakeError, TableUnreadable
+    from factory.lake.health import CORRUPT, Damage, table_damage
+    from factory.lake.lineage import LINEAGE_TABLE, owed_rows
 
-    checks, whole, gaps = [], [], []
+    checks, whole, owed = [], [], []
     for name in tables:
-        damage = table_damage(lake, name)
+        try:
+            table = lake.table(name)  # loaded once: its damage and the rows it owes
+        except TableUnreadable as e:
+            damage = Damage(name, [str(e)], structural=True)
+        else:
+            damage = table_damage(lake, name, full=full, table=table)
         if damage.ok:
             whole.append(name)
+            owed += owed_rows(table) if name != LINEAGE_TABLE else []
             continue
         fix = (f"factory ingest [--sources FILE] --force {name.removeprefix('raw.')}" if name.startswith("raw.") else
                "re-materialize the asset that writes it" + (" after dropping it from the catalog (its history is lost)"
                                                             if damage.structural else ""))
         checks.append(Check(f"table {name}", "fail", damage.summary(), fix))
-    for name in whole:
-        if name == LINEAGE_TABLE:
-            continue
-        try:
-            gaps += lake.lineage.gaps(name)
-        except LakeError as exc:  # the lineage table itself is broken: reported above
-            checks.append(Check("lake lineage", "fail", str(exc), "see the failed table check"))
-            return checks
+    read = "metadata, manifests, data files" if full else "metadata, manifest lists; --full reads every data file"
     checks.insert(0, Check("lake tables", "ok" if len(whole) == len(tables) else "fail",
-                           f"{len(whole)} of {len(tables)} tables readable (metadata, manifests, data files)",
+                           f"{len(whole)} of {len(tables)} tables readable ({read})",
                            "" if len(whole) == len(tables) else "see each failed table below"))
+    try:
+        gaps = lake.lineage.missing(owed)
+    except LakeError as exc:  # the lineage table itself is broken: reported above
+        checks.append(Check("lake lineage", "fail", str(exc), "see the failed table check"))
+        return checks
+    except CORRUPT as exc:  # a damaged data file of factory.lineage, which only --full reads
+        checks.append(Check("lake lineage", "fail", f"{LINEAGE_TABLE} cannot be read: {type(exc).__name__}: {exc}",
+                            "factory doctor --full names the damaged files"))
+        return checks
     if gaps:
         shown = ", ".join(r.version_id for r in gaps[:5]) + (", ..." if len(gaps) > 5 else "")
         have = "snapshot has" if len(gaps) == 1 else "snapshots have"
@@ -210,18 +226,15 @@ def _table_checks(lake, tables: list[str]) -> list[Check]:
     return checks
 
 
-def run_checks(home: Path, config=None) -> list[Check]:
-    """Every check, in the order a fix would be applied (interpreter first, lake last)."""
-    return [
-        check_home(home),
-        check_python(),
-        check_java(),
-        check_bwrap(),
-        check_disk(home),
-        *check_packages(),
-        check_duckdb_iceberg(),
-        *check_lake(home, config),
-    ]
+def run_checks(home: Path, config=None, full: bool = False) -> list[Check]:
+    """Every check, in the order a fix would be applied (interpreter first, lake last); `full`:
+    the lake's every manifest and data file too (see the module docstring)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=2) as pool:  # they wait on their processes
+        java, bwrap = pool.submit(check_java), pool.submit(check_bwrap)
+        rest = [check_disk(home), *check_packages(), check_duckdb_iceberg(), *check_lake(home, config, full)]
+        return [check_home(home), check_python(), java.result(), bwrap.result(), *rest]
 
 
 def _run(cmd: list[str]) -> str | None:

@@ -254,9 +254,9 @@ def test_doctor_failures_say_how_to_fix(tmp_path, monkeypatch, capsys):
     assert doctor.check_disk(tmp_path / "not" / "yet").status == "warn"
     # Warnings do not fail the doctor; a failure does, and the table shows its fix.
     warn = doctor.Check("free disk", "warn", "little", "free space")
-    monkeypatch.setattr(doctor, "run_checks", lambda home, config=None: [warn])
+    monkeypatch.setattr(doctor, "run_checks", lambda home, config=None, full=False: [warn])
     assert run(capsys, str(tmp_path), "doctor")[0] == 0
-    monkeypatch.setattr(doctor, "run_checks", lambda home, config=None: [warn, no_bwrap])
+    monkeypatch.setattr(doctor, "run_checks", lambda home, config=None, full=False: [warn, no_bwrap])
     code, out, _ = run(capsys, str(tmp_path), "doctor")
     assert code == 1 and "FAIL" in out and "apt-get install -y bubblewrap" in out
 

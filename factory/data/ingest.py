@@ -142,7 +142,7 @@ def repair_table(lake: Lake, table: str) -> bool:
     overwrite replaces them and the history is kept."""
     from factory.lake.health import table_damage
 
-    if not lake.has_table(table) or not table_damage(lake, table).structural:
+    if not lake.has_table(table) or not table_damage(lake, table, full=True).structural:
         return False
     lake.drop_unreadable(table)
     return True

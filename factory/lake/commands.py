@@ -79,7 +79,8 @@ def cmd_lineage(args: argparse.Namespace, out: Console) -> int:
 
 def describe(lake, ref: str) -> list[dict[str, Any]]:
     """Everything `factory lineage` shows about the versions `ref` resolves to, as plain data."""
-    records, source = lake.lineage.resolve(ref), "lineage"
+    lineage = lake.lineage.pinned()  # one load of factory.lineage for every read below
+    records, source = lineage.resolve(ref), "lineage"
     if not records:
         record, source = _unrecorded_snapshot(lake, ref)
         records = [record]
@@ -90,8 +91,8 @@ def describe(lake, ref: str) -> list[dict[str, Any]]:
             "source": source,  # lineage (its row), stamp (the row its snapshot owes), summary
             "version": {**record.model_dump(mode="json", exclude={"config_json", "metadata_json"}),
                         "config": record.config, "metadata": record.metadata},
-            "upstream": [_tree(lake.lineage.upstream_of(u)) for u in record.upstream],
-            "downstream": [_brief(r) for r in lake.lineage.downstream_of(record.version_id)],
+            "upstream": [_tree(t) for t in lineage.upstream_trees(record.upstream)],
+            "downstream": [_brief(r) for r in lineage.downstream_of(record.version_id)],
             **_snapshots(lake, record),
         })
     return reports

@@ -1,12 +1,18 @@
 """Is a table whole? Read what its current snapshot needs, and put a lost catalog back.
 
 `table_damage(lake, name)` loads the table's metadata, reads the current snapshot's manifest list
-and every manifest, and checks each live data file: present, the size its manifest entry recorded,
-and a Parquet footer that parses with the recorded row count. The number of data files is compared
-with the snapshot summary's `total-data-files`, because a manifest list cut at an entry boundary
-reads without an error, one manifest short. Only footers are read, not every page, so the check
-costs one small read per file; a file damaged in the middle with its size and footer intact is not
-found (a scan of the table would be).
+and checks that every manifest it lists is present with the length the list recorded. The number
+of data files the list counts (added + existing, per data manifest) is compared with the snapshot
+summary's `total-data-files`, because a manifest list cut at an entry boundary reads without an
+error, one manifest short. That is two small reads per table and a stat per manifest, whatever
+the table's history: what `factory doctor` does by default.
+
+`full=True` (`factory doctor --full`, and before a forced ingest drops a table) also reads every
+manifest and checks each live data file: present, the size its manifest entry recorded, and a
+Parquet footer that parses with the recorded row count, the files counted again from the
+manifests' entries. Only footers are read, not every page, so it costs one small read per data file
+(seconds on a lake with a long history of small commits); a file damaged in the middle with its
+size and footer intact is not found (a scan of the table would be).
 
 `Damage.structural` says whether the table's own metadata (metadata file, manifest list, a
 manifest) is broken. Then no commit can build on the table — an overwrite must read the manifests
@@ -28,7 +34,7 @@ from dataclasses import dataclass, field
 import pyarrow.parquet as pq
 from pyiceberg.exceptions import ValidationError
 from pyiceberg.io import load_file_io
-from pyiceberg.manifest import DataFileContent
+from pyiceberg.manifest import DataFileContent, ManifestContent
 from pyiceberg.serializers import FromInputFile
 
 from factory.lake.catalog import UNREADABLE, Lake, LakeError, TableUnreadable, metadata_age, warehouse_tables
@@ -58,12 +64,15 @@ class Damage:
         return "; ".join(shown) + more
 
 
-def table_damage(lake: Lake, name: str) -> Damage:
-    """Everything unreadable in `name`'s current snapshot (see the module docstring)."""
-    try:
-        table = lake.table(name)
-    except TableUnreadable as e:
-        return Damage(name, [str(e)], structural=True)
+def table_damage(lake: Lake, name: str, *, full: bool = False, table=None) -> Damage:
+    """What is unreadable in `name`'s current snapshot: its metadata, manifest list and manifests'
+    presence, or with `full` every manifest and data file too (see the module docstring). `table`:
+    the loaded table, when the caller has it."""
+    if table is None:
+        try:
+            table = lake.table(name)
+        except TableUnreadable as e:
+            return Damage(name, [str(e)], structural=True)
     snapshot = table.current_snapshot()
     if snapshot is None:
         return Damage(name)
@@ -71,6 +80,10 @@ def table_damage(lake: Lake, name: str) -> Damage:
         manifests = snapshot.manifests(table.io)
     except CORRUPT as e:
         return Damage(name, [f"manifest list {snapshot.manifest_list} is unreadable ({_short(e)})"], True)
+    summary = snapshot.summary.additional_properties if snapshot.summary else {}
+    expected = summary.get("total-data-files")
+    if not full:
+        return _listed_damage(table, name, snapshot, manifests, expected)
     files = []
     for manifest in manifests:
         try:
@@ -78,13 +91,34 @@ def table_damage(lake: Lake, name: str) -> Damage:
         except CORRUPT as e:
             return Damage(name, [f"manifest {manifest.manifest_path} is unreadable ({_short(e)})"], True)
         files += [e.data_file for e in entries if e.data_file.content == DataFileContent.DATA]
-    summary = snapshot.summary.additional_properties if snapshot.summary else {}
-    expected = summary.get("total-data-files")
     if expected is not None and int(expected) != len(files):
         return Damage(name, [f"manifest list {snapshot.manifest_list} lists {len(files)} data files where the "
                              f"snapshot has {expected} (truncated)"], True)
     problems = [p for p in (_data_file_problem(table, f) for f in files) if p]
     return Damage(name, problems)
+
+
+def _listed_damage(table, name: str, snapshot, manifests, expected) -> Damage:
+    """The manifest list's view: each manifest present at its recorded length, the files it counts."""
+    for manifest in manifests:
+        try:
+            source = table.io.new_input(manifest.manifest_path)
+            size = len(source) if source.exists() else None
+        except CORRUPT as e:
+            return Damage(name, [f"manifest {manifest.manifest_path} is unreadable ({_short(e)})"], True)
+        if size is None:
+            return Damage(name, [f"manifest {manifest.manifest_path} is missing"], True)
+        if size != manifest.manifest_length:
+            return Damage(name, [f"manifest {manifest.manifest_path} is {size} bytes where the manifest list says "
+                                 f"{manifest.manifest_length}"], True)
+    data = [m for m in manifests if m.content == ManifestContent.DATA]
+    if expected is None or any(m.added_files_count is None or m.existing_files_count is None for m in data):
+        return Damage(name)  # nothing to count against (an old writer)
+    counted = sum(m.added_files_count + m.existing_files_count for m in data)
+    if int(expected) != counted:
+        return Damage(name, [f"manifest list {snapshot.manifest_list} counts {counted} data files where the "
+                             f"snapshot has {expected} (truncated)"], True)
+    return Damage(name)
 
 
 def _data_file_problem(table, data_file) -> str | None:

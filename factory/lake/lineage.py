@@ -14,6 +14,13 @@ records for the versions it reached. Each walk is linear in the table, not in ta
 first version read the table whole and, going downstream, rescanned every record per hop: a run's
 checkpoint chain is a hundred hops deep).
 
+Every scan plans over all of the table's manifests (one per commit until they are merged), so a
+command that reads several times takes a `pinned()` view: the table loaded once, read as it was
+then. `factory lineage` asks four scans of it — the ref (ids, URIs and names in one filter), the
+graph, the records reached upstream (of all the ref's upstream versions at once) and downstream —
+however many upstream versions the ref has. Writers use the store itself, which loads the table
+afresh on every read.
+
 A data commit and its lineage row are two Iceberg commits: the data goes first, so a crash in
 between leaves a snapshot without a row, never a row pointing at data that does not exist. The gap
 is not permanent: the row is stamped into the snapshot's own summary (`factory.lineage`, with
@@ -142,6 +149,18 @@ def owed_record(snapshot) -> LineageRecord | None:
     return LineageRecord(**fields)
 
 
+def owed_rows(table, window: int | None = None) -> list[LineageRecord]:
+    """The rows a loaded table's stamped snapshots owe, in commit order (newest `window`, or all)."""
+    owed = []
+    for snapshot in reversed(table.metadata.snapshots):  # newest first: a commit reads few
+        record = owed_record(snapshot)
+        if record is not None:
+            owed.append(record)
+            if window and len(owed) == window:
+                break
+    return owed[::-1]
+
+
 def recorded_in(record: LineageRecord) -> str | None:
     """The table whose snapshot `record.snapshot_id` is (None for artifacts outside tables)."""
     if record.kind in ("table_snapshot", "synthetic_batch"):
@@ -151,14 +170,36 @@ def recorded_in(record: LineageRecord) -> str | None:
     return RECORDED_IN.get(record.kind)
 
 
+_UNPINNED = object()
+
+
 class LineageStore:
     """Reads and writes `factory.lineage` in one lake."""
 
-    def __init__(self, lake: "Lake"):
-        self.lake = lake
+    def __init__(self, lake: "Lake", table=_UNPINNED):
+        self.lake, self._pinned = lake, table
+
+    def pinned(self) -> "LineageStore":
+        """A read-only view: every read uses the lineage table as loaded now (see the module docstring)."""
+        return LineageStore(self.lake, self._load())
+
+    def _load(self):
+        """The lineage table, loaded (the pinned one in a view), or None when there is none yet."""
+        from factory.lake.catalog import LakeError, TableUnreadable
+
+        if self._pinned is not _UNPINNED:
+            return self._pinned
+        try:
+            return self.lake.table(LINEAGE_TABLE)  # one load (has_table would load it too)
+        except TableUnreadable:
+            raise
+        except LakeError:  # not created yet
+            return None
 
     def record(self, *records: LineageRecord) -> TableCommit:
         """Append lineage rows (one commit, stamped like any other)."""
+        if self._pinned is not _UNPINNED:
+            raise TypeError("a pinned lineage view is read only: write through lake.lineage")
         rows = [r.model_dump() for r in records]
         data = pa.Table.from_pylist(rows, schema=LINEAGE.as_arrow())
         stamp = CommitStamp(
@@ -189,21 +230,14 @@ class LineageStore:
 
     def owed(self, table: str, *, window: int | None = None) -> list[LineageRecord]:
         """The rows `table`'s stamped snapshots owe, in commit order (newest `window`, or all)."""
-        owed = []
-        for snapshot in reversed(self.lake.table(table).metadata.snapshots):  # newest first: a commit reads few
-            record = owed_record(snapshot)
-            if record is not None:
-                owed.append(record)
-                if window and len(owed) == window:
-                    break
-        return owed[::-1]
+        return owed_rows(self.lake.table(table), window=window)
 
-    def gaps(self, table: str) -> list[LineageRecord]:
-        """The owed rows of `table` that `factory.lineage` lacks (what `heal` would write)."""
-        owed = self.owed(table)
+    def missing(self, owed: list[LineageRecord]) -> list[LineageRecord]:
+        """The rows of `owed` (of any tables) that `factory.lineage` lacks, what `heal` would write:
+        one filtered scan for all of them."""
         if not owed:
             return []
-        lineage = self.lake.table(LINEAGE_TABLE) if self.lake.has_table(LINEAGE_TABLE) else None
+        lineage = self._load()
         present = self._present(lineage, [r.snapshot_id for r in owed]) if lineage is not None else set()
         return [r for r in owed if (r.version_id, r.snapshot_id) not in present]
 
@@ -248,12 +282,13 @@ class LineageStore:
     def records(self, where: BooleanExpression | None = None, **equal: str) -> list[LineageRecord]:
         """Lineage rows, oldest first: every row, or those matching `where` and `column=value`
         equalities (e.g. `kind="tokenizer"`), filtered inside the scan."""
-        if not self.lake.has_table(LINEAGE_TABLE):
+        table = self._load()
+        if table is None:
             return []
         row_filter = where if where is not None else AlwaysTrue()
         for column, value in equal.items():
             row_filter = And(row_filter, EqualTo(column, value))
-        rows = self.lake.table(LINEAGE_TABLE).scan(row_filter=row_filter).to_arrow().to_pylist()
+        rows = table.scan(row_filter=row_filter).to_arrow().to_pylist()
         return sorted((LineageRecord(**r) for r in rows), key=lambda r: r.created_at)
 
     def resolve(self, ref: str) -> list[LineageRecord]:
@@ -261,10 +296,11 @@ class LineageStore:
         version), a URI, or a content-hash prefix of at least 8 characters. A table name means the
         table's current snapshot and nothing else: when that snapshot has no row, nothing (the
         caller shows the snapshot itself), never an older snapshot's row."""
-        exact = self.records(Or(EqualTo("version_id", ref), EqualTo("uri", ref)))
+        found = self.records(Or(Or(EqualTo("version_id", ref), EqualTo("uri", ref)), EqualTo("name", ref)))
+        exact = [r for r in found if r.version_id == ref or r.uri == ref]
         if exact:
             return exact
-        named = self.records(name=ref)
+        named = [r for r in found if r.name == ref]
         if named and self.lake.has_table(ref):
             current = self.lake.current_snapshot_id(ref)
             return [r for r in named if current is not None and r.snapshot_id == current]
@@ -282,7 +318,7 @@ class LineageStore:
 
     def _graph(self) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
         """(upstream, downstream) adjacency of the current snapshot: id -> ids, over every row."""
-        table = self.lake.table(LINEAGE_TABLE)
+        table = self._load()
         snapshot = table.current_snapshot()
         key = snapshot.snapshot_id if snapshot else None
         cached = getattr(self, "_graph_cache", None)
@@ -300,10 +336,14 @@ class LineageStore:
 
     def upstream_of(self, version_id: str) -> dict[str, Any]:
         """`{record, upstream: [tree, ...]}` towards the sources (unknown ids become leaves)."""
-        if not self.lake.has_table(LINEAGE_TABLE):
-            return {"version_id": version_id, "record": None, "upstream": []}
+        return self.upstream_trees([version_id])[0]
+
+    def upstream_trees(self, version_ids: list[str]) -> list[dict[str, Any]]:
+        """`upstream_of` each of `version_ids`, with one fetch of the records they reach."""
+        if self._load() is None:
+            return [{"version_id": v, "record": None, "upstream": []} for v in version_ids]
         up, _ = self._graph()
-        reached, frontier = {version_id}, [version_id]
+        reached, frontier = set(version_ids), list(version_ids)
         while frontier:
             frontier = [u for vid in frontier for u in up.get(vid, ()) if u not in reached]
             reached.update(frontier)
@@ -316,11 +356,11 @@ class LineageStore:
             children = [walk(u, seen | {vid}) for u in record.upstream]
             return {"version_id": vid, "record": record, "upstream": children}
 
-        return walk(version_id, frozenset())
+        return [walk(v, frozenset()) for v in version_ids]
 
     def downstream_of(self, version_id: str) -> list[LineageRecord]:
         """Every version produced (transitively) from `version_id`, in creation order."""
-        if not self.lake.has_table(LINEAGE_TABLE):
+        if self._load() is None:
             return []
         _, down = self._graph()
         level: dict[str, int] = {}  # found id -> the hop it was found at

@@ -55,9 +55,9 @@ def run(capsys, home, *args: str) -> tuple[int, str, str]:
     return code, captured.out, captured.err
 
 
-def lake_checks(home) -> dict[str, tuple[str, str]]:
-    """`factory doctor`'s lake checks: name -> (status, detail)."""
-    return {c.name: (c.status, c.detail) for c in run_checks(Path(home))
+def lake_checks(home, full: bool = False) -> dict[str, tuple[str, str]]:
+    """`factory doctor`'s lake checks (`full`: `--full`): name -> (status, detail)."""
+    return {c.name: (c.status, c.detail) for c in run_checks(Path(home), full=full)
             if c.name.startswith(("lake", "table "))}
 
 
@@ -321,7 +321,8 @@ def test_a_table_with_broken_metadata_fails_alone(tmp_path, source, capsys, dama
 
     checks = lake_checks(lake.home)
     assert checks["table raw.toy"][0] == "fail" and "raw.toy is unreadable" in checks["table raw.toy"][1]
-    assert checks["lake tables"] == ("fail", "2 of 3 tables readable (metadata, manifests, data files)")
+    assert checks["lake tables"] == ("fail", "2 of 3 tables readable (metadata, manifest lists; --full reads every "
+                                             "data file)")
 
 
 # -- a damaged raw table is rewritten from its source -----------------------------------------------
@@ -352,8 +353,14 @@ def test_force_ingest_rewrites_a_damaged_table_from_its_source(tmp_path, source,
     expected = sorted([*FILES, "d.py"])
 
     symptom = _damage(lake, how)
-    status, detail = lake_checks(lake.home)["table raw.toy"]
+    status, detail = lake_checks(lake.home, full=True)["table raw.toy"]
     assert status == "fail" and symptom in detail
+    # the default reads no data file: it finds a broken manifest list, and leaves data files to --full
+    default = lake_checks(lake.home)
+    if how.startswith("data file"):
+        assert "table raw.toy" not in default and "--full" in default["lake tables"][1]
+    else:
+        assert default["table raw.toy"][0] == "fail" and symptom in default["table raw.toy"][1]
     with pytest.raises((OSError, ValueError)):  # the damage is real: the table cannot be read
         lake.table("raw.toy").scan().to_arrow()
     assert not ingest_source(lake, source).committed  # re-ingesting alone says "unchanged"
@@ -366,7 +373,7 @@ def test_force_ingest_rewrites_a_damaged_table_from_its_source(tmp_path, source,
     # damaged data files: a new overwrite (delete + append) on top of the history (append, delete +
     # append); broken metadata: the table was dropped and re-created, its history lost
     assert len(table.metadata.snapshots) == (5 if how.startswith("data file") else 1)
-    checks = lake_checks(lake.home)
+    checks = lake_checks(lake.home, full=True)
     assert "table raw.toy" not in checks and checks["lake tables"][0] == "ok"
     assert checks["lake lineage"][0] == "ok"
 
@@ -412,8 +419,32 @@ def _sources_file(tmp_path, source) -> Path:
 def test_doctor_passes_a_whole_lake(tmp_path, source):
     lake = Lake.open(home=tmp_path / "home")
     ingest_source(lake, source)
-    checks = lake_checks(lake.home)
-    assert checks == {"lake catalog": ("ok", checks["lake catalog"][1]),
-                      "lake tables": ("ok", "2 of 2 tables readable (metadata, manifests, data files)"),
-                      "lake lineage": ("ok", "every stamped snapshot has its lineage row")}
-    assert "2 tables" in checks["lake catalog"][1]
+    for full, read in ((False, "metadata, manifest lists; --full reads every data file"),
+                       (True, "metadata, manifests, data files")):
+        checks = lake_checks(lake.home, full=full)
+        assert checks == {"lake catalog": ("ok", checks["lake catalog"][1]),
+                          "lake tables": ("ok", f"2 of 2 tables readable ({read})"),
+                          "lake lineage": ("ok", "every stamped snapshot has its lineage row")}
+        assert "2 tables" in checks["lake catalog"][1]
+
+
+def test_the_default_doctor_reads_manifest_lists_and_full_reads_every_file(tmp_path, source):
+    """The default (`factory doctor`) reads metadata and manifest lists: a damaged data file of
+    factory.lineage shows as an unreadable lineage check (no traceback), which `--full` names; a
+    deleted manifest is found from the list alone."""
+    lake = Lake.open(home=tmp_path / "home")
+    ingest_source(lake, source)
+    lineage = lake.table(LINEAGE_TABLE)
+    [data_file] = [t.file.file_path.removeprefix("file://") for t in lineage.scan().plan_files()]
+    os.unlink(data_file)
+    default = lake_checks(lake.home)
+    assert default["lake tables"][0] == "ok" and default["lake lineage"][0] == "fail"
+    assert f"{LINEAGE_TABLE} cannot be read" in default["lake lineage"][1]
+    status, detail = lake_checks(lake.home, full=True)[f"table {LINEAGE_TABLE}"]
+    assert status == "fail" and f"data file file://{data_file} is missing" in detail
+
+    toy = lake.table("raw.toy")
+    manifest = toy.current_snapshot().manifests(toy.io)[0].manifest_path
+    os.unlink(manifest.removeprefix("file://"))
+    status, detail = lake_checks(lake.home)["table raw.toy"]
+    assert status == "fail" and detail == f"manifest {manifest} is missing"
