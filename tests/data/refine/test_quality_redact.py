@@ -30,7 +30,7 @@ from factory.data.refine.quality import (
     duplicate_ngram_fraction,
     quality_reason,
 )
-from factory.data.refine.redact import entropy, redact
+from factory.data.refine.redact import NEEDS, PATTERNS, entropy, redact
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 QUALITY = QualityConfig()
@@ -256,3 +256,26 @@ def test_stdlib_files_keep_their_hex_constants_and_code(name):
     assert re.findall(r"[0-9a-fA-F]{8,}", text) == hexes
     without_email = [k for k in REDACTION_KINDS if k != "email"]
     assert redact(original, RedactConfig(kinds=without_email)) == (original, {})
+
+
+def _full_scans(text: str, config: RedactConfig = REDACT) -> tuple[str, dict[str, int]]:
+    """`redact` without its quick checks: every enabled pattern scanned over the whole text."""
+    from unittest import mock
+
+    always = {kind: re.compile("") for kind in NEEDS}
+    with mock.patch.dict(NEEDS, always):
+        return redact(text, config)
+
+
+def test_the_quick_checks_skip_only_texts_the_patterns_cannot_match():
+    """Each kind's quick check is a necessary part of its pattern: over planted secrets, ordinary
+    code and a few hundred stdlib modules, redacting with the checks gives exactly the full scans'
+    text and counts, and every match of a pattern contains a match of its check."""
+    texts = [planted(), ORDINARY, code()] + [p.read_text(errors="replace") for p in sorted(STDLIB.glob("*.py"))[:300]]
+    for text in texts:
+        assert redact(text, REDACT) == _full_scans(text)
+        for kind, pattern in PATTERNS.items():
+            for match in pattern.finditer(text):
+                assert NEEDS[kind].search(match.group(0)), (kind, match.group(0))
+    assert set(NEEDS) == set(PATTERNS) == set(REDACTION_KINDS)
+
