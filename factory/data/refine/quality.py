@@ -10,9 +10,11 @@ from __future__ import annotations
 import functools
 import re
 from collections import Counter
+from collections.abc import Sequence
+from itertools import compress
 
 from factory.data.refine.config import CodeRules, ProseRules, QualityConfig
-from factory.data.refine.text import WORD
+from factory.data.refine.text import alnum_count, word_tokens
 
 
 @functools.lru_cache(maxsize=64)
@@ -28,19 +30,20 @@ def duplicate_line_fraction(lines: list[str]) -> float:
     return sum(c for c in counts.values() if c > 1) / len(lines)
 
 
-def duplicate_ngram_fraction(words: list[str], n: int = 5) -> float:
+def duplicate_ngram_fraction(words: Sequence[str | bytes], n: int = 5) -> float:
     """Characters of words covered by a word n-gram that occurs more than once / all word chars."""
     if len(words) < n:
         return 0.0
-    grams = [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
+    grams = list(zip(*(words[i:] for i in range(n))))  # every run of n consecutive words
     counts = Counter(grams)
-    covered = [False] * len(words)
+    covered = bytearray(len(words))
+    run = b"\x01" * n
     for i, gram in enumerate(grams):
         if counts[gram] > 1:
-            for j in range(i, i + n):
-                covered[j] = True
-    total = sum(len(w) for w in words)
-    return sum(len(w) for w, c in zip(words, covered) if c) / total if total else 0.0
+            covered[i : i + n] = run
+    lengths = list(map(len, words))
+    total = sum(lengths)
+    return sum(compress(lengths, covered)) / total if total else 0.0
 
 
 def code_reason(text: str, rules: CodeRules) -> tuple[str, str] | None:
@@ -57,7 +60,7 @@ def code_reason(text: str, rules: CodeRules) -> tuple[str, str] | None:
     mean = sum(len(l) for l in nonblank) / max(len(nonblank), 1)
     if mean > rules.max_mean_line_length:
         return "long_mean_line", f"mean line {mean:.0f} chars > {rules.max_mean_line_length:.0f}"
-    alnum = sum(c.isalnum() for c in text) / n
+    alnum = alnum_count(text) / n
     if alnum < rules.min_alnum_fraction:
         return "low_alnum", f"alphanumeric fraction {alnum:.2f} < {rules.min_alnum_fraction}"
     head = "\n".join(lines[:10]).lower()
@@ -87,7 +90,7 @@ def repetition_reason(text: str, max_lines: float, max_ngrams: float) -> tuple[s
     dup_lines = duplicate_line_fraction(text.split("\n"))
     if dup_lines > max_lines:
         return "repetitive_lines", f"duplicate lines {dup_lines:.2f} > {max_lines}"
-    dup_grams = duplicate_ngram_fraction(WORD.findall(text))
+    dup_grams = duplicate_ngram_fraction(word_tokens(text))
     if dup_grams > max_ngrams:
         return "repetitive_ngrams", f"repeated 5-grams cover {dup_grams:.2f} > {max_ngrams}"
     return None

@@ -53,6 +53,18 @@ def test_control_fraction_counts_nul_control_and_replacement_chars_not_whitespac
     assert T.control_fraction(garbage) > 0.8
 
 
+@pytest.mark.parametrize("text", ["", "x = 1  # ok\n\tdef f(a_b): return a_b.c9\n", "\x00\x0b\x0c\r\x1f\x7f", "é\x07ünï_côdé 9 ²\ufffd",
+                                  "naïve café, ǅungla ⅓ x²\n" * 3])
+def test_fast_counts_agree_with_their_plain_definitions(text):
+    """The translate paths (ASCII text) and the fallbacks (any other) give what a loop per character
+    and the `\\w+` regex give: the quality rules' thresholds compare the very same numbers."""
+    bad = sum(1 for c in text if (c < " " and c not in "\t\n\f\v") or c == "\ufffd")
+    assert T.control_fraction(text) == (bad / len(text) if text else 0.0)
+    assert T.alnum_count(text) == sum(c.isalnum() for c in text)
+    tokens = [t.decode() if isinstance(t, bytes) else t for t in T.word_tokens(text)]
+    assert tokens == T.WORD.findall(text)
+
+
 def test_content_kind_by_language():
     assert [T.content_kind(lang) for lang in ("python", "c", "rust", "sql")] == ["code"] * 4
     assert [T.content_kind(lang) for lang in ("markdown", "text", "rst", "json")] == ["prose"] * 4
