@@ -16,10 +16,12 @@ checkpoint chain is a hundred hops deep).
 
 Every scan plans over all of the table's manifests (one per commit until they are merged), so a
 command that reads several times takes a `pinned()` view: the table loaded once, read as it was
-then. `factory lineage` asks four scans of it — the ref (ids, URIs and names in one filter), the
-graph, the records reached upstream (of all the ref's upstream versions at once) and downstream —
-however many upstream versions the ref has. Writers use the store itself, which loads the table
-afresh on every read.
+then, and its files planned once — each read keeps the files whose column bounds can match its
+filter (the test a scan makes of each manifest entry) and reads only those. `factory lineage`
+makes four reads of it — the ref (ids, URIs and names in one filter), the graph, the records
+reached upstream (of all the ref's upstream versions at once) and downstream — however many
+upstream versions the ref has. Writers use the store itself, which loads the table afresh on
+every read.
 
 A data commit and its lineage row are two Iceberg commits: the data goes first, so a crash in
 between leaves a snapshot without a row, never a row pointing at data that does not exist. The gap
@@ -183,6 +185,22 @@ class LineageStore:
         """A read-only view: every read uses the lineage table as loaded now (see the module docstring)."""
         return LineageStore(self.lake, self._load())
 
+    def _scan(self, table, row_filter: BooleanExpression = AlwaysTrue(), selected_fields: tuple[str, ...] = ("*",)) -> pa.Table:
+        """`table.scan(...).to_arrow()`; in a pinned view, over the files planned once for the view."""
+        scan = table.scan(row_filter=row_filter, selected_fields=selected_fields)
+        if self._pinned is _UNPINNED:
+            return scan.to_arrow()
+        from pyiceberg.expressions.visitors import _InclusiveMetricsEvaluator
+        from pyiceberg.io.pyarrow import ArrowScan
+
+        if getattr(self, "_planned", None) is None:
+            self._planned = list(table.scan().plan_files())
+        tasks = self._planned
+        if row_filter != AlwaysTrue():  # the test plan_files makes of each entry (it builds one per entry)
+            matches = _InclusiveMetricsEvaluator(table.schema(), scan.row_filter, scan.case_sensitive, False).eval
+            tasks = [task for task in tasks if matches(task.file)]
+        return ArrowScan(table.metadata, table.io, scan.projection(), scan.row_filter, scan.case_sensitive).to_table(tasks)
+
     def _load(self):
         """The lineage table, loaded (the pinned one in a view), or None when there is none yet."""
         from factory.lake.catalog import LakeError, TableUnreadable
@@ -288,7 +306,7 @@ class LineageStore:
         row_filter = where if where is not None else AlwaysTrue()
         for column, value in equal.items():
             row_filter = And(row_filter, EqualTo(column, value))
-        rows = table.scan(row_filter=row_filter).to_arrow().to_pylist()
+        rows = self._scan(table, row_filter).to_pylist()
         return sorted((LineageRecord(**r) for r in rows), key=lambda r: r.created_at)
 
     def resolve(self, ref: str) -> list[LineageRecord]:
@@ -324,7 +342,7 @@ class LineageStore:
         cached = getattr(self, "_graph_cache", None)
         if cached is not None and cached[0] == key:
             return cached[1]
-        edges = table.scan(selected_fields=("version_id", "upstream")).to_arrow()
+        edges = self._scan(table, selected_fields=("version_id", "upstream"))
         up: dict[str, list[str]] = {}
         down: dict[str, list[str]] = {}
         for vid, upstream in zip(edges.column("version_id").to_pylist(), edges.column("upstream").to_pylist()):

@@ -146,3 +146,24 @@ def test_lineage_cycle_does_not_loop(lake):
     assert tree["upstream"][0]["version_id"] == "b"
     assert tree["upstream"][0]["upstream"][0] == {"version_id": "a", "record": a, "upstream": []}
     assert lake.lineage.downstream_of("a") == [a, b]
+
+
+def test_a_pinned_view_reads_like_the_store_as_the_table_was_and_writes_nothing(lake, graph):
+    """`pinned()` (what `factory lineage` reads through): one load and one plan of the table, each
+    filtered read keeping the files whose bounds can match; the same answers as the store."""
+    _, raw, tokenizer, evaluation = graph
+    view, store = lake.lineage.pinned(), lake.lineage
+    for ref in (raw.version_id, "tokenizer/bpe-1k", "file:///artifacts/tokenizer/ab12cd34ef56", "ab12cd34", "nothing"):
+        assert view.resolve(ref) == store.resolve(ref), ref
+    assert view.records() == store.records() and view.records(kind="eval_result") == [evaluation]
+    assert view.upstream_trees([evaluation.version_id, tokenizer.version_id]) == \
+        [store.upstream_of(evaluation.version_id), store.upstream_of(tokenizer.version_id)]
+    assert view.downstream_of(raw.version_id) == store.downstream_of(raw.version_id) == [tokenizer, evaluation]
+
+    later = LineageRecord(version_id="eval/later@e2", kind="eval_result", name="eval/later", upstream=[raw.version_id],
+                          created_at=T0 + dt.timedelta(minutes=3))
+    store.record(later)
+    assert view.resolve("eval/later") == [] and store.resolve("eval/later") == [later]  # as it was when pinned
+    with pytest.raises(TypeError, match="read only"):
+        view.record(later)
+    assert lake.lineage.pinned().downstream_of(raw.version_id) == [tokenizer, evaluation, later]
