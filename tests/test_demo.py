@@ -186,3 +186,30 @@ def test_an_unknown_experiment_stops_the_demo_with_exit_1(tmp_path):
     assert f"everything it printed: {logs[0]}" in done.stdout
     assert "no experiment 'nosuch'" in logs[0].read_text()
     assert "ingest" not in done.stdout  # nothing after the failed phase ran
+
+
+def test_dagster_phases_run_in_one_session_process_and_a_failing_one_stops_the_demo(tmp_path):
+    """The `dagster` commands go to one long-lived process (jobs/cli_session.py), each still timed and
+    failed on its own; a non-`dagster` phase still gets a process of its own (~3 s: Dagster's import)."""
+    out = io.StringIO()
+    (tmp_path / "home" / "dagster").mkdir(parents=True)  # an instance of Dagster's defaults
+    demo = Demo(tmp_path / "home", log_path=tmp_path / "demo.log", out=out)
+    try:
+        demo.phase("version", [*demo.dagster, "--version"])
+        session = demo.session.child.pid
+        demo.phase("other program", _program("print('ok')"))
+        demo.phase("version again", [*demo.dagster, "--version"])
+        assert demo.session.child.pid == session
+        with pytest.raises(StepFailed) as failed:
+            demo.phase("materialize", [*demo.dagster, "asset", "materialize", "-m", "no_such_module", "--select", "x"])
+        demo.report_failure(failed.value)
+    finally:
+        demo.close()
+    assert demo.session.child is None  # closed
+    terminal, log = out.getvalue(), (tmp_path / "demo.log").read_text()
+    assert log.count("dagster, version ") == 2 and "dagster, version" not in terminal
+    assert failed.value.code == 1 and failed.value.step.name == "materialize"
+    assert "No module named 'no_such_module'" in "\n".join(failed.value.tail)
+    assert "demo stopped: materialize failed (exit 1 after" in terminal and "asset materialize -m no_such_module" in terminal
+    assert [name for name, _ in demo.phases] == ["version", "other program", "version again"]
+    assert demo.session.marker not in log

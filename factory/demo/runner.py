@@ -13,7 +13,11 @@ stops the demo with exit 1, its last lines and the log's path. The closing summa
 (`summary.py`).
 
 Dagster runs as a child process through its CLI (the factory package never imports dagster), in
-the checkout, so `-m definitions` loads the project's definitions.
+the checkout, so `-m definitions` loads the project's definitions. The `dagster` commands of all
+phases run in one such process, one after another (`jobs/cli_session.py`, `steps.Session`): each
+is still its own Dagster run, made exactly as the typed command makes it, but the code location
+(Dagster, every asset module, torch, Spark's Python side) is imported once instead of per phase,
+and the eval's vLLM engine serves the synthetic phase's model stage.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from pathlib import Path
 from typing import IO
 
 from factory import settings
-from factory.demo.steps import INDENT, Step, StepFailed, StepResult, duration, run_step
+from factory.demo.steps import INDENT, Session, Step, StepFailed, StepResult, duration, run_step
 from factory.home import CHECKOUT, dagster_home, factory_home
 
 RUN_CONFIG = CHECKOUT / "configs" / "demo_run.yaml"
@@ -49,13 +53,19 @@ class Demo:
         self.env = dict(settings.environment() if env is None else env)
         self.env |= {settings.HOME: str(home), "PYTHONUNBUFFERED": "1"}
         self.env.setdefault("DAGSTER_HOME", str(dagster_home(home)))
+        self.env.setdefault(settings.REGISTRY, (REGISTRY / "simple").as_uri())  # for the repository phase
         self.factory, self.dagster = _tool("factory", "factory.cli"), _tool("dagster", "dagster")
+        # the `dagster` commands run in one process, which imports the code location once
+        self.session = Session([sys.executable, str(CHECKOUT / "jobs" / "cli_session.py")], prefix=self.dagster)
         self.phases: list[tuple[str, float]] = []
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log = open(log_path, "a", encoding="utf-8")
 
     def close(self) -> None:
-        self.log.close()
+        try:
+            self.session.close(self.log)
+        finally:
+            self.log.close()
 
     def say(self, line: str = "") -> None:
         self.out.write(line + "\n")
@@ -64,7 +74,8 @@ class Demo:
     def phase(self, name: str, argv: list[str], outcome: Callable[[StepResult], str] | None = None) -> StepResult:
         """Run one phase: its header, its progress lines, then its time (and `outcome` of its output)."""
         self.say(f"== {name}")
-        result = run_step(Step(name, argv), cwd=CHECKOUT, env=self.env, log=self.log, out=self.out)
+        result = run_step(Step(name, argv), cwd=CHECKOUT, env=self.env, log=self.log, out=self.out,
+                          session=self.session)
         self.phases.append((name, result.seconds))
         said = outcome(result) if outcome else ""
         self.say(f"{INDENT}done in {duration(result.seconds)}" + (f": {said}" if said else ""))
@@ -101,7 +112,6 @@ def run_pipeline(demo: Demo, experiment: str) -> str:
     demo.materialize(f"export + eval {checkpoint}", "checkpoint_export,eval_scores", checkpoint)
     demo.materialize("synthetic data (porting, rephrase)", "synthetic/porting,synthetic/rephrase")
     demo.materialize("mix default_synthetic", "mix", "default_synthetic")
-    demo.env.setdefault(settings.REGISTRY, (REGISTRY / "simple").as_uri())
     demo.materialize("repository environments + tasks (demo set)",
                      "envs/builds,tasks/function_completion,tasks/bug_fixing", "demo", config=ENVS_CONFIG)
     return run
