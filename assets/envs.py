@@ -25,6 +25,8 @@ class EnvBuildConfig(Config):
     """Package index to resolve against (a URL or file://…/simple); default FACTORY_REGISTRY, else pip's own."""
     limit: Optional[int] = None
     """Build only the first N repositories of the set."""
+    parallel: int = 1
+    """Repositories built at once (the same environments and records, in the set's order)."""
 
 
 @asset(
@@ -49,7 +51,7 @@ def env_builds(context, config: EnvBuildConfig, lake: LakeResource) -> Materiali
                          + (f" - {record.failure_detail[:200]}" if record.failure_detail else ""))
 
     records = build_repos(repos, lake=lake.lake(), home=lake.lake().home, registry=registry, progress=progress,
-                          run_id=context.run_id)
+                          run_id=context.run_id, parallel=config.parallel)
     return MaterializeResult(metadata=_metadata(records))
 
 

@@ -24,6 +24,8 @@ class TaskDeriveConfig(Config):
     """Candidates tried per environment at most; each costs two sandboxed test runs."""
     seed: int = 0
     """Seed of the candidate order and the mutations."""
+    parallel: int = 1
+    """Environments derived at once (each still one test run at a time: the same tasks)."""
 
 
 def task_assets() -> list[AssetsDefinition]:
@@ -47,7 +49,7 @@ def _task_asset(kind: str) -> AssetsDefinition:
                   if v is not None}
         derive = DeriveConfig(seed=config.seed, **fields)
         result = derive_repo_set(lake.lake(), context.partition_key, kind, derive, run_id=context.run_id,
-                                 asset_key=f"tasks/{kind}", log=context.log.info)
+                                 asset_key=f"tasks/{kind}", log=context.log.info, parallel=config.parallel)
         return MaterializeResult(metadata=_metadata(result))
 
     return _asset

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,15 +51,20 @@ def latest_builds(lake: Lake, repo_set: str) -> dict[str, dict]:
 
 
 def derive_repo_set(lake: Lake, repo_set: str, kind: str, config: DeriveConfig, *, run_id: str = "",
-                    asset_key: str = "tasks", log: Callable[[str], None] = print) -> RepoSetTasks:
-    """Derive and store tasks of `kind` from every passing environment of `repo_set`'s latest builds."""
+                    asset_key: str = "tasks", log: Callable[[str], None] = print, parallel: int = 1) -> RepoSetTasks:
+    """Derive and store tasks of `kind` from every passing environment of `repo_set`'s latest builds.
+
+    `parallel` environments are derived at once (threads that each wait on sandboxed test runs),
+    each with a sandbox of its own that runs one test run at a time, exactly as when it is derived
+    alone: the same candidates are tried and the same tasks kept, whatever `parallel` is. Their
+    commits keep the set's order, each as soon as its environment and those before it are done."""
     started = time.monotonic()
     latest = latest_builds(lake, repo_set)
     if not latest:
         raise LookupError(f"repository set {repo_set!r} has no builds in envs.builds; build it first "
                           f"(`factory envs build --repos {repo_set}` or materialize envs/builds, partition {repo_set})")
     result = RepoSetTasks(kind=kind, repo_set=repo_set)
-    sandbox = derive_sandbox(config)
+    ready: list[tuple[str, Environment, tuple[str, ...]]] = []
     for repo, row in sorted(latest.items()):
         if row["failure_class"] != "passed":
             result.skipped[repo] = f"latest build {row['build_id'][:12]} is {row['failure_class']}"
@@ -67,15 +73,25 @@ def derive_repo_set(lake: Lake, repo_set: str, kind: str, config: DeriveConfig, 
         if not (root / "env.json").exists():
             result.skipped[repo] = f"environment {row['env_digest'][:12]} is not at {root} (rebuild it)"
             continue
-        env = Environment.load(root)
-        flaky = _flaky(lake, row["build_id"])
-        log(f"{kind}: deriving from {repo}@{env.revision} ({env.digest[:12]}, {len(flaky)} flaky tests excluded)")
-        task_set = derive_task_set(env, kind, config, sandbox, flaky=flaky)
-        write_task_set(lake, task_set, config=config, run_id=run_id, asset_key=asset_key, partition=repo_set)
-        result.task_sets.append(task_set)
-        result.version_ids.append(task_set_version(task_set))
-        log(f"{kind}: {repo}: {len(task_set.tasks)} tasks from {task_set.candidates} candidates"
-            + (f"; rejected {dict(task_set.rejected)}" if task_set.rejected else ""))
+        ready.append((repo, Environment.load(root), _flaky(lake, row["build_id"])))
+
+    def derive(env: Environment, flaky: tuple[str, ...]) -> TaskSet:
+        log(f"{kind}: deriving from {env.repo}@{env.revision} ({env.digest[:12]}, {len(flaky)} flaky tests excluded)")
+        return derive_task_set(env, kind, config, derive_sandbox(config), flaky=flaky)
+
+    with ThreadPoolExecutor(max(parallel, 1), thread_name_prefix="derive") as pool:
+        futures = [pool.submit(derive, env, flaky) for _, env, flaky in ready]
+        try:
+            for (repo, _, _), future in zip(ready, futures):
+                task_set = future.result()
+                write_task_set(lake, task_set, config=config, run_id=run_id, asset_key=asset_key, partition=repo_set)
+                result.task_sets.append(task_set)
+                result.version_ids.append(task_set_version(task_set))
+                log(f"{kind}: {repo}: {len(task_set.tasks)} tasks from {task_set.candidates} candidates"
+                    + (f"; rejected {dict(task_set.rejected)}" if task_set.rejected else ""))
+        except BaseException:  # the environments not started yet are not derived (those before are stored)
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
     result.seconds = time.monotonic() - started
     return result
 
