@@ -278,4 +278,3 @@ def test_the_quick_checks_skip_only_texts_the_patterns_cannot_match():
             for match in pattern.finditer(text):
                 assert NEEDS[kind].search(match.group(0)), (kind, match.group(0))
     assert set(NEEDS) == set(PATTERNS) == set(REDACTION_KINDS)
-
