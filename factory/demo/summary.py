@@ -140,7 +140,8 @@ def render(summary: Summary, *, phases: list[tuple[str, float]], setup_seconds: 
             + ([f"tasks derived from their test suites: {' · '.join(tasks)}"] if tasks else []))
     times = ([("setup (install)", setup_seconds)] if setup_seconds is not None else []) + phases
     times.append(("pipeline", sum(s for _, s in phases)))
-    section("time", [f"{name:<34}{duration(seconds):>7}" for name, seconds in times])
+    width = max([34, *(len(name) + 2 for name, _ in times)])
+    section("time", [f"{name:<{width}}{duration(seconds):>7}" for name, seconds in times])
     section("next", _next(summary, factory, experiment))
     section("log", [f"{log}  (third-party output: Spark, vLLM, Dagster's own events and warnings)"])
     return lines
