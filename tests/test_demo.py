@@ -213,38 +213,3 @@ def test_dagster_phases_run_in_one_session_process_and_a_failing_one_stops_the_d
     assert "demo stopped: materialize failed (exit 1 after" in terminal and "asset materialize -m no_such_module" in terminal
     assert [name for name, _ in demo.phases] == ["version", "other program", "version again"]
     assert demo.session.marker not in log
-
-
-def test_a_background_phase_runs_niced_beside_the_others_and_is_reported_where_it_is_joined(tmp_path):
-    out = io.StringIO()
-    demo = Demo(tmp_path / "home", log_path=tmp_path / "demo.log", out=out)
-    try:
-        repos = demo.background("repos", _program(f"""
-            import os
-            print({INFO + 'built 4 environments'!r})
-            print("niceness", os.nice(0))
-        """))
-        demo.phase("train", _program(f"print({INFO + 'step 10/120'!r})"))
-        result = demo.join(repos)
-        failing = demo.background("failing", _program("import sys; print('no registry'); sys.exit(2)"))
-        with pytest.raises(StepFailed) as failed:
-            demo.join(failing)
-    finally:
-        demo.close()
-    terminal, log = out.getvalue().splitlines(), (tmp_path / "demo.log").read_text()
-    assert terminal[0].startswith("== repos: started in the background")
-    assert terminal[1:4] == ["== train", "   step 10/120", terminal[3]] and terminal[3].startswith("   done in ")
-    assert terminal[4:6] == ["== repos", "   built 4 environments"]
-    assert terminal[6].startswith("   done in ") and "in the background; the pipeline waited " in terminal[6]
-    assert "niceness 19" in result.lines and log.index("==== train") < log.index("==== repos") < log.index("niceness 19")
-    assert demo.phases == [("train", demo.phases[0][1]), ("repos", result.waited)] and result.waited <= result.seconds
-    assert failed.value.code == 2 and failed.value.tail == ["no registry"]
-
-
-def test_stopping_the_demo_stops_a_background_phase_it_has_not_reported(tmp_path):
-    demo = Demo(tmp_path / "home", log_path=tmp_path / "demo.log", out=io.StringIO())
-    try:
-        repos = demo.background("repos", _program("import time; time.sleep(600)"))
-    finally:
-        demo.close()
-    assert repos.child.poll() is not None  # killed (it would sleep for ten minutes)

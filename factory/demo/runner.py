@@ -5,11 +5,8 @@ check the deployment profile, register the smoke experiment's run, `dagster job 
 (ingest, refine, tokenizer), then `dagster asset materialize` of the mix, the training run, the
 newest checkpoint's export and scores, the synthetic tables and the mix that adds them, then the
 `demo` repository set built into environments and its tasks derived (against the local package
-mirror `make setup` fills, `REGISTRY`: the demo touches no network). That last phase needs nothing
-the others make, so it starts right after the registration, in the background at the lowest CPU
-priority (`steps.Background`: it takes the cycles the phases in front leave idle — a
-single-threaded import, a JVM start, a model load), and is reported in its place at the end; the
-time block counts what the pipeline waited for it there. Every Dagster command gets `configs/demo_run.yaml` (console logs at INFO, so Dagster's DEBUG events do
+mirror `make setup` fills, `REGISTRY`: the demo touches no network). Every
+Dagster command gets `configs/demo_run.yaml` (console logs at INFO, so Dagster's DEBUG events do
 not bury the progress). Each phase prints a header, the factory's own progress lines and its time;
 everything else lands in `FACTORY_HOME/logs/demo-<time>.log` (see `steps.py`). A failing phase
 stops the demo with exit 1, its last lines and the log's path. The closing summary reads the lake
@@ -34,7 +31,7 @@ from pathlib import Path
 from typing import IO
 
 from factory import settings
-from factory.demo.steps import INDENT, Background, Session, Step, StepFailed, StepResult, duration, run_step
+from factory.demo.steps import INDENT, Session, Step, StepFailed, StepResult, duration, run_step
 from factory.home import CHECKOUT, dagster_home, factory_home
 
 RUN_CONFIG = CHECKOUT / "configs" / "demo_run.yaml"
@@ -61,14 +58,11 @@ class Demo:
         # the `dagster` commands run in one process, which imports the code location once
         self.session = Session([sys.executable, str(CHECKOUT / "jobs" / "cli_session.py")], prefix=self.dagster)
         self.phases: list[tuple[str, float]] = []
-        self.pending: list[Background] = []  # started, not reported yet
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log = open(log_path, "a", encoding="utf-8")
 
     def close(self) -> None:
         try:
-            for background in self.pending:  # the demo stopped before reporting them
-                background.stop()
             self.session.close(self.log)
         finally:
             self.log.close()
@@ -87,31 +81,10 @@ class Demo:
         self.say(f"{INDENT}done in {duration(result.seconds)}" + (f": {said}" if said else ""))
         return result
 
-    def background(self, name: str, argv: list[str]) -> Background:
-        """Start a phase that nothing after it needs; `join` reports it where it stands in the order."""
-        started = Background(Step(name, argv), cwd=CHECKOUT, env=self.env)
-        self.pending.append(started)
-        self.say(f"== {name}: started in the background, at the lowest CPU priority; reported below")
-        return started
-
-    def join(self, background: Background) -> StepResult:
-        """Report a background phase: its header, its progress lines, its time and the wait for it.
-        The time block counts the wait (what it added to the pipeline), so the phases add up to it."""
-        self.say(f"== {background.step.name}")
-        self.pending.remove(background)
-        result = background.join(log=self.log, out=self.out)
-        self.phases.append((background.step.name, result.waited))
-        self.say(f"{INDENT}done in {duration(result.seconds)} in the background; "
-                 f"the pipeline waited {duration(result.waited)} for it")
-        return result
-
     def materialize(self, name: str, select: str, partition: str | None = None, *, config: Path | None = None) -> StepResult:
-        return self.phase(name, self.materialize_argv(select, partition, config=config))
-
-    def materialize_argv(self, select: str, partition: str | None = None, *, config: Path | None = None) -> list[str]:
         argv = [*self.dagster, "asset", "materialize", "-m", "definitions", "--select", select,
                 "-c", str(RUN_CONFIG), *(["-c", str(config)] if config else [])]
-        return argv + (["--partition", partition] if partition else [])
+        return self.phase(name, argv + (["--partition", partition] if partition else []))
 
     def report_failure(self, failed: StepFailed) -> None:
         self.say(f"\ndemo stopped: {failed.step.name} failed (exit {failed.code} after {duration(failed.seconds)}): "
@@ -129,9 +102,6 @@ def run_pipeline(demo: Demo, experiment: str) -> str:
     registered = demo.phase(f"register {experiment}", [*demo.factory, "experiment", "register", experiment],
                             lambda result: f"run {_run_name(result, experiment)}")
     run = _run_name(registered, experiment)
-    # the repository phase needs nothing the others make: it runs beside them, in the cycles they leave
-    repos = demo.background("repository environments + tasks (demo set)", demo.materialize_argv(
-        "envs/builds,tasks/function_completion,tasks/bug_fixing", "demo", config=ENVS_CONFIG))
     demo.phase("ingest + refine + tokenizer", [*demo.dagster, "job", "execute", "-m", "definitions", "-j",
                                                "demo_job", "-c", str(RUN_CONFIG)])
     demo.materialize("mix default", "mix", "default")
@@ -142,7 +112,8 @@ def run_pipeline(demo: Demo, experiment: str) -> str:
     demo.materialize(f"export + eval {checkpoint}", "checkpoint_export,eval_scores", checkpoint)
     demo.materialize("synthetic data (porting, rephrase)", "synthetic/porting,synthetic/rephrase")
     demo.materialize("mix default_synthetic", "mix", "default_synthetic")
-    demo.join(repos)
+    demo.materialize("repository environments + tasks (demo set)",
+                     "envs/builds,tasks/function_completion,tasks/bug_fixing", "demo", config=ENVS_CONFIG)
     return run
 
 

@@ -17,19 +17,14 @@ for all of them, and nothing is lost, only moved to the log. A step that exits n
 demo: `StepFailed` carries the step, its exit code and its last lines, for the caller to print.
 
 A `Session` runs the steps of one program (the `dagster` CLI) in one long-lived child instead of a
-process each; a `Background` step runs beside the others at the lowest CPU priority and is reported
-when joined. Both are sorted, timed and failed the same way.
+process each; its steps are sorted, timed and failed the same way.
 """
 
 from __future__ import annotations
 
-import functools
 import json
-import os
 import re
-import signal
 import subprocess
-import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -58,7 +53,6 @@ class StepResult:
     step: Step
     seconds: float
     lines: list[str] = field(default_factory=list)  # everything it printed, for the caller to parse
-    waited: float | None = None  # a Background step: how long its report waited for it to finish
 
 
 class StepFailed(RuntimeError):
@@ -133,7 +127,19 @@ def run_step(step: Step, *, cwd: Path, env: dict[str, str], log: IO[str], out: I
              session: Session | None = None) -> StepResult:
     """Run `step` (in `session` when it runs that program), every line to `log` and ours to `out`
     (indented); StepFailed when it exits non-zero."""
-    started, take = time.monotonic(), _Report(step, log, out)
+    log.write(f"\n==== {step.name}: {' '.join(step.argv)}\n")
+    log.flush()
+    started, lines = time.monotonic(), []
+
+    def take(raw: str) -> None:
+        line = raw.rstrip("\n")
+        log.write(raw if raw.endswith("\n") else raw + "\n")
+        log.flush()  # `tail -f` on the log follows a long phase as it runs
+        lines.append(line)
+        if (shown := ours(line)) is not None:
+            out.write(f"{INDENT}{shown}\n")
+            out.flush()
+
     if session is not None and session.runs(step):
         code = session.run(step, cwd=cwd, env=env, take=take)
     else:
@@ -141,72 +147,7 @@ def run_step(step: Step, *, cwd: Path, env: dict[str, str], log: IO[str], out: I
             for raw in child.stdout:
                 take(raw)
             code = child.wait()
-    return _result(step, code, time.monotonic() - started, take.lines)
-
-
-class Background:
-    """A step started now and reported later (`join`), for work nothing after it needs: its command
-    runs at the lowest CPU priority (nice 19), so it takes the cycles the steps in front of it leave
-    idle (a single-threaded import, a JVM start, a model load) and slows them by little; its output
-    waits in an unnamed temporary file until it is reported."""
-
-    def __init__(self, step: Step, *, cwd: Path, env: dict[str, str]):
-        self.step, self.started = step, time.monotonic()
-        self.output = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
-        try:
-            self.child = subprocess.Popen(step.argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=self.output,
-                                          stderr=subprocess.STDOUT, start_new_session=True,
-                                          preexec_fn=functools.partial(os.nice, 19))
-        except OSError as e:
-            self.output.close()
-            raise StepFailed(step, 127, 0.0, [f"cannot start {step.argv[0]}: {e}"]) from None
-
-    def join(self, *, log: IO[str], out: IO[str]) -> StepResult:
-        """Wait for it, then report it as `run_step` reports a step; `waited` says how long the wait was."""
-        waiting = time.monotonic()
-        code = self.child.wait()
-        waited = time.monotonic() - waiting
-        take = _Report(self.step, log, out)
-        self.output.seek(0)
-        for raw in self.output:
-            take(raw)
-        self.output.close()
-        result = _result(self.step, code, time.monotonic() - self.started, take.lines)
-        result.waited = waited
-        return result
-
-    def stop(self) -> None:
-        """Stop it and whatever it started (its own process session), unreported."""
-        if self.child.poll() is None:
-            os.killpg(self.child.pid, signal.SIGTERM)
-            try:
-                self.child.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.child.pid, signal.SIGKILL)
-                self.child.wait()
-        self.output.close()
-
-
-class _Report:
-    """One step's lines as they come: every line to `log` (after the step's header), ours to `out`,
-    all of them kept in `lines`."""
-
-    def __init__(self, step: Step, log: IO[str], out: IO[str]):
-        self.log, self.out, self.lines = log, out, []
-        log.write(f"\n==== {step.name}: {' '.join(step.argv)}\n")
-        log.flush()
-
-    def __call__(self, raw: str) -> None:
-        self.log.write(raw if raw.endswith("\n") else raw + "\n")
-        self.log.flush()  # `tail -f` on the log follows a long phase as it runs
-        line = raw.rstrip("\n")
-        self.lines.append(line)
-        if (shown := ours(line)) is not None:
-            self.out.write(f"{INDENT}{shown}\n")
-            self.out.flush()
-
-
-def _result(step: Step, code: int, seconds: float, lines: list[str]) -> StepResult:
+    seconds = time.monotonic() - started
     if code != 0:
         raise StepFailed(step, code, seconds, lines[-TAIL_LINES:])
     return StepResult(step, seconds, lines)
