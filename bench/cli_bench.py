@@ -1,4 +1,5 @@
-"""Start-up time of the read commands: `factory tables`, `sql`, `lineage`, `evals`, ... against a home.
+"""Start-up time of the read commands (`factory tables`, `sql`, `lineage`, `evals`, ...) and of
+queueing a sweep with no server (`factory sweep launch smoke_lr`), against a home.
 
 Runs every read command of `factory/cli.py` as its own process (what a user types), `--repeat`
 times, interleaving this checkout with a baseline checkout (`--base`, e.g. a `git worktree` of the
@@ -8,9 +9,15 @@ the baseline, and which heavy packages the command imported (torch, pyspark, vll
 mlflow, pyiceberg, pyarrow, duckdb, ...). The target (issue 16) is under 2 s wall on an idle
 machine; the load average is printed at both ends, rerun when it is above ~1.
 
-Every command is read only in this checkout, so the bench never writes to the home (safe on a
+Every read command is read only in this checkout, so the bench never writes to the home (safe on a
 demo's home); before issue 16 `sweep results` committed `sweeps.results` and a plot, so it is never
-run on the baseline (`BASE_WRITES`). Not part of the tests.
+run on the baseline (`BASE_WRITES`). `sweep launch` writes (runs into the Dagster instance, each
+cell's card into the home), so each of its runs, base and current alike, gets a scratch place
+(`scratch_home`): a fresh DAGSTER_HOME with that checkout's configs/dagster.yaml, and a fresh
+FACTORY_HOME whose deploy profile names the home's catalog explicitly (the lake is read, the cards
+land in the scratch home). Its first run in this checkout may also capture the code location's
+snapshots (jobs/queue_runs.py) when the code changed since the last launch: the first wall time is
+printed apart. Not part of the tests.
 
     FACTORY_HOME=/tmp/demo3 DAGSTER_HOME=/tmp/demo3/dagster \\
         .venv/bin/python bench/cli_bench.py [--base /tmp/base_cli] [--repeat 3] [--only tables,sql]
@@ -22,9 +29,12 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 CHECKOUT = Path(__file__).resolve().parents[1]
@@ -47,8 +57,10 @@ COMMANDS = {
     "doctor": ["doctor"],
     "deploy list": ["deploy", "list"],
     "deploy show": ["deploy", "show"],
+    "sweep launch": ["sweep", "launch", "smoke_lr"],
 }
 BASE_WRITES = {"sweep results"}  # wrote to the home before issue 16: not run on --base
+SCRATCH = {"sweep launch"}  # writes: every run in a scratch_home
 # Runs `factory ...` in this interpreter and writes the heavy top-level packages it imported.
 PROBE = """
 import sys
@@ -62,9 +74,37 @@ sys.exit(code)
 """
 
 
-def run_once(checkout: Path, argv: list[str]) -> tuple[float, float, int, str]:
+@contextmanager
+def scratch_home(checkout: Path):
+    """Environment overrides that send a writing command's writes to a scratch directory (see above)."""
+    from factory.deploy import load_profile
+    from factory.home import factory_home, lake_dir
+
+    home, profile = factory_home(), load_profile()
+    if profile.catalog.kind == "sql":
+        profile = profile.derive(**{"catalog.uri": profile.catalog.uri or f"sqlite:///{lake_dir(home) / 'catalog.db'}",
+                                    "catalog.warehouse": profile.catalog.warehouse or (lake_dir(home) / "warehouse").as_uri()})
+    scratch = Path(tempfile.mkdtemp(prefix="cli-bench-"))
+    try:
+        (scratch / "dagster").mkdir()
+        shutil.copy(checkout / "configs" / "dagster.yaml", scratch / "dagster" / "dagster.yaml")
+        (scratch / "profile.json").write_text(profile.model_dump_json())
+        yield {"FACTORY_HOME": str(scratch / "home"), "DAGSTER_HOME": str(scratch / "dagster"),
+               "FACTORY_DEPLOY": str(scratch / "profile.json")}
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def run_once(checkout: Path, argv: list[str], scratch: bool = False) -> tuple[float, float, int, str]:
     """(wall s, cpu s, exit code, heavy packages imported) of one `factory argv` in a new process."""
-    env = {**os.environ, "PYTHONPATH": str(checkout), "COLUMNS": "200"}
+    if scratch:
+        with scratch_home(checkout) as env:
+            return run_once_in(checkout, argv, env)
+    return run_once_in(checkout, argv, {})
+
+
+def run_once_in(checkout: Path, argv: list[str], overrides: dict[str, str]) -> tuple[float, float, int, str]:
+    env = {**os.environ, **overrides, "PYTHONPATH": str(checkout), "COLUMNS": "200"}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", PROBE, ",".join(HEAVY), *argv], cwd=checkout, env=env,
@@ -93,12 +133,12 @@ def main() -> None:
         for _ in range(args.repeat):
             for variant, checkout in variants.items():  # interleaved: both see the same load
                 if variant == "now" or name not in BASE_WRITES:
-                    runs[variant].append(run_once(checkout, COMMANDS[name]))
+                    runs[variant].append(run_once(checkout, COMMANDS[name], scratch=name in SCRATCH))
         for variant, got in runs.items():
             if not got:
                 continue
             results[name][variant] = {"wall": min(r[0] for r in got), "cpu": min(r[1] for r in got),
-                                      "rc": got[-1][2], "heavy": got[-1][3]}
+                                      "first wall": got[0][0], "rc": got[-1][2], "heavy": got[-1][3]}
     header = f"{'command':<17} {'wall s':>7} {'cpu s':>6}"
     if args.base:
         header += f" {'base wall':>9} {'base cpu':>8} {'cpu ratio':>9}"
@@ -113,6 +153,9 @@ def main() -> None:
             line += f" {'(writes)':>9} {'-':>8} {'-':>9}"
         line += f"  {now['rc']:>2}  {now['heavy'] or '-'}" + (f"  | {base['heavy'] if base else '-'}" if args.base else "")
         print(line)
+    for name in SCRATCH & set(results):
+        firsts = ", ".join(f"{v} {r['first wall']:.2f} s" for v, r in results[name].items())
+        print(f"{name}: first run's wall {firsts} (each run in a scratch DAGSTER_HOME and FACTORY_HOME)")
     print(f"load average {os.getloadavg()[0]:.2f}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
