@@ -160,7 +160,7 @@ def launch(instance: DagsterInstance, snapshots: Snapshots, runs: list[dict]) ->
     from dagster._core.run_coordinator import QueuedRunCoordinator
 
     if not isinstance(instance.run_coordinator, QueuedRunCoordinator):
-        raise QueueError(f"the Dagster instance in {os.environ.get('DAGSTER_HOME')} does not queue runs (run "
+        raise QueueError(f"the Dagster instance in {instance.root_directory} does not queue runs (run "
                          f"coordinator {type(instance.run_coordinator).__name__}): write it with `factory deploy "
                          "instance`, or launch through a webserver with --url")
     snapshots.prepare({r["job"]: r["run_config"] for r in runs})

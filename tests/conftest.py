@@ -98,13 +98,18 @@ class Corpus:
 
 
 def pytest_configure(config):
+    # The CLI's tables and messages wrap at the terminal's width (80 columns when stdout is a file),
+    # and an xdist worker's tmp paths are longer: wide enough that no test depends on a path's length.
+    os.environ["COLUMNS"] = "200"
     suite_timing.activate(config)  # where the time goes, when bench/suite_bench.py asks (FACTORY_SUITE_TIMING)
 
 
 # -- tiers: every test belongs to exactly one (README "Tests": which command runs which) -------------
-TIERS = ("check", "spark", "rest", "slow", "gpu")
+TIERS = ("check", "loopback", "spark", "rest", "slow", "gpu")
 # Session fixtures too costly to build once per xdist worker: the tests that use one run on one worker.
 ONE_PER_RUN = ("demo_home",)
+# The longest chains (a fixture of minutes, then its tests) go first, so that a lane's workers end together.
+LONG_POLES = ("demo_home", "cpu_image")
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects: `-m check` must see the markers given here
@@ -112,7 +117,8 @@ def pytest_collection_modifyitems(config, items):
     """A test with no tier marker is in `check`, the fast hermetic tier; a test with two is an error
     (which command would run it?). Under pytest-xdist's `--dist loadgroup` a test file runs on one
     worker (its module fixtures are built once), and the tests of a fixture in ONE_PER_RUN run on
-    one worker, whatever their file (one `make demo` per run)."""
+    one worker, whatever their file (one `make demo` per run). The tests of LONG_POLES come first
+    (the sort is stable: the rest keep their order)."""
     twice = []
     for item in items:
         tiers = {m.name for m in item.iter_markers() if m.name in TIERS}
@@ -121,16 +127,26 @@ def pytest_collection_modifyitems(config, items):
             dropped = {m.name for m in callspec.marks if m.name in TIERS}
             item.own_markers[:] = [m for m in item.own_markers if m.name not in dropped]
         tiers = sorted({m.name for m in item.iter_markers() if m.name in TIERS})
-        if item.get_closest_marker("xdist_group") is None:  # under `--dist loadgroup`: see the docstring
+        if getattr(config.option, "loadgroup", False):  # an xdist worker under `--dist loadgroup`
             home = next((f for f in ONE_PER_RUN if f in item.fixturenames), None)
-            item.add_marker(pytest.mark.xdist_group(home or item.nodeid.split("::")[0]))
+            _group(item, home or item.nodeid.split("::")[0])
         if not tiers:
             item.add_marker(pytest.mark.check)
         elif len(tiers) > 1:
             twice.append(f"{item.nodeid}: {', '.join(tiers)}")
+    items.sort(key=lambda item: next((i for i, f in enumerate(LONG_POLES) if f in item.fixturenames), len(LONG_POLES)))
     if twice:
         raise pytest.UsageError("a test belongs to exactly one tier of " + ", ".join(TIERS) + "; these carry several:\n  "
                                 + "\n  ".join(twice))
+
+
+def _group(item, name: str) -> None:
+    """Put `item` in xdist group `name`: `--dist loadgroup` sends the tests whose node id ends in the
+    same `@name` to one worker. (pytest-xdist 3.8 appends it from an `xdist_group` marker by setting
+    `item._nodeid`, which pytest 9.2 no longer reads: its node ids live in `item._id`.)"""
+    from _pytest.nodeid import NodeId
+
+    item._id = NodeId.parse(f"{item.nodeid}@{name}")
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -12,7 +12,8 @@ tests/conftest.py hands it every session; it is active only when `FACTORY_SUITE_
   (pid, start time) once; vLLM engines built in this process are counted at their constructor.
 
 Under pytest-xdist the controller writes the tests, wall, CPU and servers, and each worker a file of
-its own with the fixtures it set up. It changes nothing about how tests run: no fixture, no
+its own with the fixtures it set up. While a run goes on, `<label>-progress.jsonl` gets a line per
+finished test (its durations and outcome). It changes nothing about how tests run: no fixture, no
 marker, no ordering."""
 
 from __future__ import annotations
@@ -125,6 +126,7 @@ class Recorder:
         os.environ[ENV_TAG] = self.tag
         self.sampler = ServerSampler(self.tag)
         self.wall0, self.cpu0 = time.time(), _cpu_seconds()
+        out.mkdir(parents=True, exist_ok=True)
         if not worker:  # the controller's sampler sees its workers' descendants
             self.sampler.start()
         self._count_engines()
@@ -160,6 +162,9 @@ class Recorder:
         entry[report.when] = report.duration
         if report.failed or (report.skipped and entry["outcome"] != "failed"):
             entry["outcome"] = "failed" if report.failed else "skipped"
+        if report.when == "teardown":  # a line per finished test, readable while the run goes on
+            with open(self.out / f"{self.label}-progress.jsonl", "a") as progress:
+                progress.write(json.dumps({"test": node, **entry}) + "\n")
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item):

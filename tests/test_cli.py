@@ -262,6 +262,7 @@ def test_doctor_failures_say_how_to_fix(tmp_path, monkeypatch, capsys):
 
 
 # -- the real entry point -------------------------------------------------------------------------
+@pytest.mark.slow
 def test_console_script_in_a_subprocess(lake_home):
     script = Path(sys.executable).parent / "factory"
     command = [str(script)] if script.exists() else [sys.executable, "-m", "factory.cli"]
@@ -316,6 +317,7 @@ def test_rich_output_into_a_closed_pipe_exits_zero(lake_home, tmp_path, monkeypa
 
 
 # -- experiment register ----------------------------------------------------------------------------
+@pytest.mark.slow
 def test_experiment_register_adds_partitions_to_the_instance_without_the_code_location(tmp_path):
     """`make demo`'s first step: the runs' training_run partitions go straight into the instance in
     DAGSTER_HOME (jobs/queue_runs.py, dagster alone), not through a code server, which loads

@@ -68,6 +68,7 @@ def _run(capsys, home: Path, argv: list[str]) -> tuple[int, str]:
     return code, capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_read_commands_write_nothing(sweep_home, capsys):
     wrote, silent = {}, []
     for argv in READS:
@@ -113,6 +114,7 @@ print(json.dumps({"code": code, "heavy": sorted({m.split('.')[0] for m in sys.mo
 """ % (HEAVY,)
 
 
+@pytest.mark.slow
 def test_read_commands_import_no_heavy_package(sweep_home):
     heavy = {}
     for argv in (["tables"], ["lineage", "mix/default@v1"], ["evals"], ["sweep", "results", "smoke_lr"],

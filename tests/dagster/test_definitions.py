@@ -11,12 +11,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from dagster import AllPartitionMapping, AssetKey
 from dagster._core.remote_representation.external_data import asset_node_snaps_from_repo
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_definitions_load_with_an_empty_environment():
     code = (
         "import definitions\n"
@@ -46,6 +48,7 @@ def test_factory_never_imports_dagster_statically():
     assert offenders == []
 
 
+@pytest.mark.slow
 def test_factory_never_imports_dagster_at_runtime():
     modules = sorted(
         ".".join(p.relative_to(ROOT).with_suffix("").parts)

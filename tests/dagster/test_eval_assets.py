@@ -14,6 +14,9 @@ from dagster import AssetKey, DagsterInstance, materialize
 from assets.evals import checkpoint_export, checkpoint_partitions, eval_scores
 from factory.evals import results
 from resources import InferenceResource, LakeResource, SandboxResource
+import pytest
+
+pytestmark = pytest.mark.slow
 
 
 def run(home, partition: str, instance: DagsterInstance):

@@ -9,6 +9,7 @@ request every cell (an RL sweep's: rl_job runs of rl_runs partitions). CPU, no s
 
 import json
 
+import pytest
 from dagster import DagsterInstance, SensorResult, SkipReason, build_sensor_context
 
 from factory.experiments.sweep import run_name
@@ -33,6 +34,7 @@ def tick(home, directory, instance, cursor):
     return experiment_sensor(context)
 
 
+@pytest.mark.slow
 def test_new_file_queues_once_and_an_edit_queues_a_new_run(tmp_path, build_training_lake):
     home, directory = tmp_path / "home", tmp_path / "experiments"
     build_training_lake(home)
@@ -71,6 +73,7 @@ def test_new_file_queues_once_and_an_edit_queues_a_new_run(tmp_path, build_train
     assert set(json.loads(changed.cursor)) == {request.run_key, new.run_key}
 
 
+@pytest.mark.slow
 def test_broken_and_unplannable_experiments_are_reported_not_queued(tmp_path, build_training_lake):
     home, directory = tmp_path / "home", tmp_path / "experiments"
     build_training_lake(home)
@@ -97,6 +100,7 @@ def test_broken_and_unplannable_experiments_are_reported_not_queued(tmp_path, bu
     assert [r.partition_key.split("-")[0] for r in result.run_requests] == ["probe"]
 
 
+@pytest.mark.slow
 def test_sweep_schedule_requests_every_cell_with_sweep_tags(tmp_path, build_training_lake):
     from dagster import build_schedule_context
 
@@ -149,6 +153,7 @@ def _probe(lr: float):
     return smoke().derive(name="probe", steps=4, optimizer={"lr": lr, "weight_decay": 0.1})
 
 
+@pytest.mark.slow
 def test_runs_done_or_under_way_however_launched_are_not_queued(tmp_path, build_training_lake, run_rows, capfd):
     """Three experiments in one directory, as after `make demo`: `probe`'s partition was materialized
     by `dagster asset materialize` (a SUCCESS run of Dagster's implicit asset job, no sensor tags),

@@ -20,6 +20,7 @@ import math
 import re
 from pathlib import Path
 
+import pytest
 import dagster_webserver
 from dagster import FloatMetadataValue, JsonMetadataValue, MarkdownMetadataValue, MetadataValue, TableMetadataValue
 
@@ -82,6 +83,7 @@ def test_a_table_rounds_its_floats_and_types_its_columns():
                                            {"task": "humaneval", "value": 0.5, "n": None}]
 
 
+@pytest.mark.slow
 def test_the_training_run_page_leads_with_the_loss_curve_and_the_card(build_training_lake, tmp_path):
     plan = plan_experiment(build_training_lake(tmp_path / "home"), smoke())
     curve = loss_curve_markdown([(s, 7.0 - s / 40) for s in range(1, 121)], "training loss")

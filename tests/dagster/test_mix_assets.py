@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from dagster import AssetKey, DagsterInstance, materialize
 from pyiceberg.expressions import EqualTo
 
@@ -65,6 +66,7 @@ def version_rows(lake: Lake, version_id: str) -> list[dict]:
 
 
 # -- tokenizer ------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_tokenizer_asset_trains_then_rerun_records_nothing(tmp_path, corpus):
     lake = refined_lake(tmp_path, corpus)
     instance = DagsterInstance.ephemeral()
@@ -93,6 +95,7 @@ def test_tokenizer_asset_trains_then_rerun_records_nothing(tmp_path, corpus):
 
 
 # -- mix ------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_mix_asset_registers_checks_then_versions_only_on_change(tmp_path, corpus):
     lake = refined_lake(tmp_path, corpus)
     instance = DagsterInstance.ephemeral()
@@ -131,6 +134,7 @@ def test_mix_asset_registers_checks_then_versions_only_on_change(tmp_path, corpu
     assert {e.check_name: e.passed for e in third.get_asset_check_evaluations()} == {name: True for name in CHECKS}
 
 
+@pytest.mark.slow
 def test_code_curriculum_partition_registers_two_stages(tmp_path, corpus):
     lake = refined_lake(tmp_path, corpus)
     instance = DagsterInstance.ephemeral()
@@ -147,6 +151,7 @@ def test_code_curriculum_partition_registers_two_stages(tmp_path, corpus):
     assert mix_versions(lake, "default") == []  # the other partition is untouched
 
 
+@pytest.mark.slow
 def test_mix_without_a_tokenizer_fails_and_writes_nothing(tmp_path, corpus):
     lake = refined_lake(tmp_path, corpus)
     result = run_mix(tmp_path, DagsterInstance.ephemeral(), "default", raise_on_error=False)

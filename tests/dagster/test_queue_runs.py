@@ -39,6 +39,7 @@ def dagster_home(tmp_path, monkeypatch):
     return make
 
 
+@pytest.mark.slow
 def test_partitions_are_added_once_and_runs_are_listed_by_partition(dagster_home):
     home = dagster_home()
     with LocalInstance() as queue:

@@ -24,6 +24,7 @@ import math
 import textwrap
 from pathlib import Path
 
+import pytest
 import numpy as np
 from dagster import AssetKey, DagsterInstance, materialize
 from pyiceberg.expressions import EqualTo
@@ -137,6 +138,7 @@ def test_sweep_results_ranks_plots_and_writes_the_partitions_sweep(lake, tmp_pat
 
 
 # -- automix --------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_automix_registers_a_mix_version_whose_lineage_reaches_every_proxy(build_training_lake, tmp_path, run_rows):
     home = tmp_path / "home"
     lake = build_training_lake(home)

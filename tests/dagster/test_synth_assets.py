@@ -1,6 +1,7 @@
 """`synthetic/porting` materialized in process with the real resources (sandbox included):
 metadata counts, the table, and a second run adding nothing. CPU; needs bubblewrap."""
 
+import pytest
 from dagster import DagsterInstance, materialize
 
 from assets.synth import synth_assets
@@ -8,6 +9,7 @@ from factory.lake import Lake
 from resources import InferenceResource, LakeResource, SandboxResource
 
 
+@pytest.mark.slow
 def test_porting_asset_commits_verified_rows_with_metadata(tmp_path):
     [porting] = [a for a in synth_assets() if a.key.path == ["synthetic", "porting"]]
     resources = {"lake": LakeResource(home=str(tmp_path)), "inference": InferenceResource(), "sandbox": SandboxResource()}

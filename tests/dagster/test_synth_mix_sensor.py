@@ -6,6 +6,7 @@ rows are stdlib docstrings committed directly (the mix reads only doc_id, bytes 
 
 import json
 
+import pytest
 from dagster import DagsterInstance, SensorResult, SkipReason, build_sensor_context
 
 from configs.mixes import mix_spec
@@ -22,6 +23,7 @@ def tick(home, cursor):
     return synthetic_mix_sensor(context), context
 
 
+@pytest.mark.slow
 def test_a_mix_already_pinning_the_snapshot_is_not_requested_again(tmp_path, build_training_lake, corpus, capfd):
     lake = build_training_lake(tmp_path / "home")
     first = corpus.write(lake, TABLE, corpus.docstrings(TABLE, count=20))

@@ -139,6 +139,7 @@ def cpu_image() -> str:
 
 
 @pytest.mark.image
+@pytest.mark.slow
 @image
 def test_image_metadata(cpu_image):
     out = subprocess.run([str(BUILD), "podman", "image", "inspect", cpu_image], capture_output=True, text=True, check=True)
@@ -159,6 +160,7 @@ SANDBOX_OPTIONS = ("--security-opt", "seccomp=unconfined", "--security-opt", "un
 
 
 @pytest.mark.image
+@pytest.mark.slow
 @image
 def test_doctor_passes_inside(cpu_image):
     doctor = in_image(cpu_image, "factory", "doctor", "--json", options=SANDBOX_OPTIONS)
@@ -179,6 +181,7 @@ SANDBOXED = ("python", "-c", "from factory.sandbox import Sandbox, SandboxConfig
 
 
 @pytest.mark.image
+@pytest.mark.slow
 @image
 def test_sandbox_runs_as_the_images_user_and_refuses_root_without_cap_sys_admin(cpu_image):
     user = in_image(cpu_image, *SANDBOXED, options=SANDBOX_OPTIONS)
@@ -192,6 +195,7 @@ def test_sandbox_runs_as_the_images_user_and_refuses_root_without_cap_sys_admin(
 
 
 @pytest.mark.image
+@pytest.mark.slow
 @image
 def test_the_sandbox_suite_passes_inside_as_the_images_user(cpu_image):
     # the fork-bomb test gives its bomb a 2 s wall clock, which a loaded machine (this test runs right
@@ -205,6 +209,7 @@ def test_the_sandbox_suite_passes_inside_as_the_images_user(cpu_image):
 
 
 @pytest.mark.image
+@pytest.mark.slow
 @image
 def test_materialize_a_raw_asset_inside(cpu_image):
     script = ("set -e; export FACTORY_HOME=/tmp/factory DAGSTER_HOME=/tmp/factory/dagster; "
@@ -220,6 +225,7 @@ def test_materialize_a_raw_asset_inside(cpu_image):
 
 
 @pytest.mark.image
+@pytest.mark.slow
 @image
 def test_entrypoint_serves_the_definitions_over_grpc(cpu_image):
     port, name = free_port(), f"factory-grpc-{uuid.uuid4().hex[:8]}"

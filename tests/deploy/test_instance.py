@@ -71,6 +71,7 @@ def test_postgres_profile_without_a_password_writes_none_and_base_storage_is_rep
     assert instance_env(profile) == {}
 
 
+@pytest.mark.loopback
 def test_check_postgres_names_the_field_when_nothing_answers(monkeypatch):
     port = free_port()  # nobody listens there
     with pytest.raises(DeployError, match=rf"dagster\.postgres\.host/port: PostgreSQL at dagster@127\.0\.0\.1:{port}"
@@ -82,6 +83,7 @@ def test_check_postgres_names_the_field_when_nothing_answers(monkeypatch):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="as root PostgreSQL runs as the postgres user; otherwise as this one")
+@pytest.mark.loopback
 def test_start_postgres_refuses_a_data_dir_the_postgres_user_cannot_enter(tmp_path):
     # pytest makes /tmp/pytest-of-<user> (and the rest of tmp_path's ancestors it owns) mode 0700
     with pytest.raises(ServerError, match=rf"data directory {tmp_path}/pg: the postgres user PostgreSQL runs as cannot "

@@ -113,6 +113,7 @@ def test_every_factory_pod_runs_the_exporter_as_a_native_sidecar(profile, manife
         assert meta["labels"].get("app.kubernetes.io/name", "dagster") == "dagster"  # dagster-k8s's own stay
 
 
+@pytest.mark.loopback
 def test_the_sidecars_command_serves_what_the_main_container_writes(manifests, tmp_path):
     _, spec = pod_template(manifests["run-job-eval.yaml"])
     command = spec["initContainers"][0]["command"]
@@ -178,6 +179,7 @@ def test_the_run_queue_exporter_reads_the_charts_instance(profile, group):
     assert deployment["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] == "9464"
 
 
+@pytest.mark.loopback
 def test_the_run_queue_exporters_command_serves_a_real_instance(group, tmp_path):
     container = group[f"Deployment/{monitoring.QUEUE_EXPORTER}"]["spec"]["template"]["spec"]["containers"][0]
     home = tmp_path / "dagster_home"  # an empty dagster.yaml: Dagster's sqlite storage in this directory

@@ -185,6 +185,7 @@ def test_strict_schema_catches_a_misspelt_field_and_an_unknown_version():
         validate([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "Bad_Name"}}], "1.33")
 
 
+@pytest.mark.loopback
 def test_deploy_check_asks_the_kubernetes_api_for_the_namespaces_pods(profile, tmp_path, monkeypatch):
     """`factory deploy check`'s training probe on launcher kubernetes: no credentials fail naming
     the namespace; a server that answers the pod list (a loopback stand-in for the API server,

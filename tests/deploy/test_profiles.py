@@ -106,6 +106,7 @@ def _rest_profile(uri: str, **catalog) -> DeployConfig:
                         spark=SparkProfile(master=f"spark://127.0.0.1:{free_port()}"))
 
 
+@pytest.mark.loopback
 def test_check_names_every_engine_that_does_not_answer(tmp_path):
     profile = _rest_profile(f"http://127.0.0.1:{free_port()}")
     probes = {p.field: p for p in check_profile(profile, tmp_path)}
@@ -117,6 +118,7 @@ def test_check_names_every_engine_that_does_not_answer(tmp_path):
     assert require_profile(load_profile("embedded"), tmp_path)  # the embedded engines always answer
 
 
+@pytest.mark.loopback
 def test_check_reports_rejected_credentials(tmp_path):
     """A REST endpoint that answers 401 (a throwaway HTTP server on loopback) is a credential problem."""
     port = free_port()
@@ -138,6 +140,7 @@ def test_check_reports_rejected_credentials(tmp_path):
     assert not server.alive()
 
 
+@pytest.mark.loopback
 def test_a_rest_catalog_that_does_not_answer_is_one_line_naming_the_field(tmp_path):
     from factory.lake import LakeError
 
@@ -152,6 +155,7 @@ def test_a_rest_catalog_that_does_not_answer_is_one_line_naming_the_field(tmp_pa
     assert done.stderr.startswith("factory tables: error: catalog.uri: the REST catalog at"), done.stderr
 
 
+@pytest.mark.loopback
 def test_spark_resource_fails_fast_on_a_master_that_does_not_answer(monkeypatch):
     from resources import SparkResource
 
@@ -160,6 +164,7 @@ def test_spark_resource_fails_fast_on_a_master_that_does_not_answer(monkeypatch)
         SparkResource(master=master).session()
 
 
+@pytest.mark.loopback
 def test_cli_deploy_check_fails_naming_the_field(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(f"spark: {{master: 'spark://127.0.0.1:{free_port()}'}}\n")

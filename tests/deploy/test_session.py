@@ -30,6 +30,7 @@ def alive(tag: str) -> list[int]:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.slow
 def test_a_signal_stops_the_whole_tree_even_what_left_the_group(sig):
     seconds = str(900 + uuid.uuid4().int % 99)  # a unique `sleep N` to find in /proc
     script = (f"trap '' INT; sleep {seconds} & setsid sleep {seconds} & "

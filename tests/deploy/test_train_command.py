@@ -8,6 +8,8 @@ import pytest
 
 from factory import cli
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def ddp_home(tmp_path, build_training_lake, monkeypatch):

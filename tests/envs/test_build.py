@@ -22,6 +22,8 @@ from factory.sandbox import Sandbox
 
 from envs_fixtures import pyproject, sdist_only_mirror, write_repo
 
+pytestmark = pytest.mark.slow
+
 FLIT = '[build-system]\nrequires = ["flit_core"]\nbuild-backend = "flit_core.buildapi"\n\n'
 TEST_TIMEOUT_S = 10.0  # the hanging fixture costs this once
 

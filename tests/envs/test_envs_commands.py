@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from envs_fixtures import mirror_index
 
 from factory.cli import main
 
 
+@pytest.mark.slow
 def test_mirror_copies_the_demo_set_and_is_idempotent(tmp_path, capsys):
     from configs.envs import repo_set
 
@@ -36,6 +38,7 @@ def test_builds_of_an_empty_lake_and_an_unknown_set(tmp_path, capsys):
     assert "unknown repository set 'no-such-set'" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_build_the_demo_set_from_the_mirror(tmp_path, capsys):
     from configs.envs import repo_set
 

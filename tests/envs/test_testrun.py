@@ -65,8 +65,11 @@ def _make_env(root: Path, runner: Runner = Runner.PYTEST, test_args=("tests",)) 
     made = Sandbox(test_sandbox_config(60)).run(code, mounts=(Mount(host=str(venv), path="/env", writable=True),))
     assert made.outcome.value == "passed", made.stderr
     digest = hashlib.sha256(str(root).encode()).hexdigest()
+    # the checkout's site-packages hold pytest-randomly, which pytest would load there and use to
+    # shuffle the tests (the hanging test needs test_add to run before test_slow)
     return Environment(repo="calc", revision="local-test", digest=digest, root=str(root), python="3.11",
-                       lock_hash="0" * 64, runner=runner, test_args=test_args, rule="test-fixture")
+                       lock_hash="0" * 64, runner=runner, test_args=test_args, rule="test-fixture",
+                       test_options=("-p", "no:randomly") if runner is Runner.PYTEST else ())
 
 
 @pytest.fixture(scope="module")
@@ -128,6 +131,7 @@ def test_a_forged_report_does_not_complete_the_run(env, sandbox):
     assert not report.completed and not report.all_passed(["tests/test_calc.py::test_add"])
 
 
+@pytest.mark.slow
 def test_a_hanging_test_times_out_with_the_tests_before_it_reported(env):
     report = run_tests(env, Sandbox(test_sandbox_config(8)), test_ids=[
         "tests/test_calc.py::test_add", "tests/test_slow.py::test_slow"],
@@ -143,7 +147,7 @@ def test_collection_errors_are_reported(env, sandbox):
 
 
 def test_unittest_runner_reports_each_test(env, sandbox):
-    unit = env.model_copy(update={"runner": Runner.UNITTEST, "test_args": ("-s", "tests")})
+    unit = env.model_copy(update={"runner": Runner.UNITTEST, "test_args": ("-s", "tests"), "test_options": ()})
     report = run_tests(unit, sandbox)
     assert report.completed, report.output_tail
     assert report.outcome_of("test_unittest_style.AddTest.test_add") is CaseOutcome.PASSED

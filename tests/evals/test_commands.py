@@ -9,6 +9,9 @@ with the transformers engine, `evals` and the errors run on both catalogs (`trai
 from factory.cli import main
 from factory.deploy import open_lake
 from factory.evals import results
+import pytest
+
+pytestmark = pytest.mark.slow
 
 
 def test_eval_prints_the_check_and_the_scores_then_evals_lists_them(trained_checkpoints, capsys):

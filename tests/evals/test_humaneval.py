@@ -57,6 +57,7 @@ def sandbox():
     return Sandbox(SandboxConfig(workers=2, timeout_s=10))
 
 
+@pytest.mark.slow
 def test_canonical_solutions_pass_every_problem(sandbox):
     chosen = problems()
     assert len(chosen) == 164

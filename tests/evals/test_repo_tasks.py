@@ -39,6 +39,8 @@ from factory.tasks.engine_ray import start_ray, stop_ray
 from factory.tasks.model import DeriveConfig
 from factory.tasks.store import task_set_version, write_task_set
 
+pytestmark = pytest.mark.slow
+
 CORE = textwrap.dedent('''\
     def clamp(x, lo, hi):
         """Clamp x into [lo, hi]."""

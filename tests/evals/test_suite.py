@@ -21,6 +21,8 @@ from factory.evals.heldout import heldout_docs
 from factory.infer import EngineConfig, export_checkpoint, open_engine
 from factory.lake.lineage import LineageStore
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def evaluated(trained_checkpoints):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+import pytest
 import numpy as np
 
 from configs.evals import suite
@@ -160,6 +161,7 @@ def test_junk_rows_hash_their_ids_and_count_what_cannot_be_shuffled():
     assert set(drawn[0]["text"].split()) <= set(CODE.split()) | {"pass"}
 
 
+@pytest.mark.slow
 def test_the_junk_table_has_lineage_no_heldout_source_document_and_builds_once(build_training_lake, tmp_path):
     lake = build_training_lake(tmp_path / "home")
     config = JunkConfig(name="repeated_line", shuffle="repeated_line", sources=REAL, max_docs_per_source=20,

@@ -101,6 +101,7 @@ def test_write_ranks_replaces_rows_and_records_lineage(lake, grid, run_rows):
     assert [e["status"] for e in ranked(lake, "mixtest")] == ["pending"] * 4
 
 
+@pytest.mark.slow
 def test_plot_one_param_two_params_and_mix_weights(lake, grid, tmp_path, run_rows):
     sweep, runs, _ = grid
     report = write_sweep_results(lake, sweep)

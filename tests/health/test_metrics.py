@@ -164,6 +164,7 @@ def test_processes_write_one_directory_and_the_exporter_sums_them(metrics_on, sc
     assert scrape(metrics_on)[("factory_sandbox_executions_total", (("outcome", "passed"),))] == 3
 
 
+@pytest.mark.loopback
 def test_factory_metrics_serve_answers_on_loopback(metrics_on, tmp_path):
     metrics.committed("train.metrics", 0.02)
     with socket.socket() as s:

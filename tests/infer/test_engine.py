@@ -6,6 +6,8 @@ import pytest
 from factory.infer import EngineConfig, SamplingConfig, export_checkpoint, open_engine
 from factory.infer.engine import TransformersEngine, cut_at_stop
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def engines(trained_checkpoints):

@@ -61,6 +61,7 @@ def test_ours_transformers_and_vllm_agree_on_a_trained_checkpoint(trained_checkp
     assert report.top1_mismatches == 0 and report.greedy_mismatches == []
 
 
+@pytest.mark.slow
 def test_a_corrupted_export_fails_the_check_naming_the_difference(trained_checkpoints, monkeypatch):
     lake = trained_checkpoints.lake
     monkeypatch.setenv("FACTORY_FAULTS", json.dumps({"corrupt_export": True}))
@@ -111,6 +112,7 @@ def _load_with(export_path: Path, pythonpath: str | None) -> dict:
     return json.loads(done.stdout.splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_an_export_loads_in_transformers_4_and_5_with_its_tokenizer(trained_checkpoints):
     assert (TRANSFORMERS4 / "transformers").is_dir(), f"{TRANSFORMERS4} missing: run `make setup`"
     export = export_checkpoint(trained_checkpoints.lake, trained_checkpoints.checkpoint_ids[-1])

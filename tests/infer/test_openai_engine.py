@@ -91,6 +91,7 @@ def test_openai_needs_an_http_endpoint_and_the_others_take_none():
                                          f"{profile.kubernetes.serving.port}/v1"
 
 
+@pytest.mark.loopback
 def test_an_endpoint_nobody_listens_on_fails_naming_it(exports, trained_checkpoints, capsys):
     base = f"http://127.0.0.1:{free_port()}/v1"
     with pytest.raises(EndpointError, match=rf"inference endpoint {base}/models does not answer \(3 tries; "
@@ -103,6 +104,7 @@ def test_an_endpoint_nobody_listens_on_fails_naming_it(exports, trained_checkpoi
     assert "error: --engine openai: kind 'openai' needs `endpoint`" in capsys.readouterr().err
 
 
+@pytest.mark.loopback
 def test_a_name_without_the_exports_directory_or_context_is_refused(exports, monkeypatch):
     export, seen = exports[-1], []
     models = {"object": "list", "data": [{"id": export.export_id, "root": "/models/current", "max_model_len": 64}]}

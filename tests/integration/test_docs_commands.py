@@ -98,6 +98,7 @@ ELSEWHERE: list[tuple[str, str, str]] = [
 # and where a test runs the target's servers for real, it is named (checked like ELSEWHERE).
 MAKE_DRY_RUN: dict[str, tuple[str, str | None]] = {
     "test": ("-m pytest", None),  # the suite itself
+    "check": ("-m check", None),  # its fast hermetic tier
     "ui": ("dagster dev", "tests/integration/test_make_ui.py::"
                           "test_stopping_make_ui_stops_the_webserver_daemon_code_server_and_run_workers"),
     "mlflow": ("mlflow ui", None),

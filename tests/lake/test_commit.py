@@ -177,6 +177,7 @@ WRITER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_concurrent_appends_from_processes_lose_nothing(lake, tmp_path):
     name = "t.concurrent"
     lake.ensure_table(name, SCHEMA)

@@ -28,6 +28,7 @@ def built(tmp_path, corpus, monkeypatch):
     return home, len(rows)
 
 
+@pytest.mark.slow
 def test_a_moved_home_is_refused_with_the_commands_that_fix_it(built, tmp_path, capsys):
     home, rows = built
     moved = tmp_path / "elsewhere"

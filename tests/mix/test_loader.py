@@ -40,6 +40,7 @@ def rows(batches) -> list[bytes]:
 
 
 @pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.slow
 def test_resume_after_k_steps_is_bit_identical(mix_lake, workers):
     config = LoaderConfig(global_batch=16, num_shards=4, seed=7, num_workers=workers, prefetch=8)
     for world in (1, 2):
@@ -83,6 +84,7 @@ def test_world_size_change_consumes_the_same_documents(mix_lake):
     assert after[0][0].step == 4 and after[0][0].tokens.shape[0] == 16
 
 
+@pytest.mark.slow
 def test_source_proportions_over_10000_sequences(mix_lake):
     config = LoaderConfig(global_batch=80, num_shards=8, seed=11, num_workers=1)
     batches, state = run(mix_lake, "trio", config, 125)
@@ -110,6 +112,7 @@ def test_rows_are_packed_documents_with_eos_between(mix_lake):
     assert all((row == eos).sum() >= len(ids) - 1 for row, ids in multi)
 
 
+@pytest.mark.slow
 def test_max_doc_tokens_streams_only_the_start_of_each_document(mix_lake, documents):
     """With `max_doc_tokens` a source streams the first N tokens of each document and then its eos,
     so the same tokens cover many more documents; the cut parts never reach a row."""
@@ -138,6 +141,7 @@ def test_max_doc_tokens_streams_only_the_start_of_each_document(mix_lake, docume
     assert len(docs(batches[0])) > 2 * len(docs(whole[0]))
 
 
+@pytest.mark.slow
 def test_heldout_documents_are_never_streamed(mix_lake, documents):
     sources = [{"table": t, "weight": 1 / 3} for t in ("refined.alpha", "refined.beta", "refined.gamma")]
     register_mix_version(mix_lake, spec("heldout_half", heldout_fraction=0.3, seq_len=2048, sources=sources))

@@ -20,6 +20,9 @@ from factory.mix import (
     merge_states,
     register_mix_version,
 )
+import pytest
+
+pytestmark = pytest.mark.slow
 
 TABLES = ("refined.alpha", "refined.beta", "refined.gamma")
 

@@ -45,6 +45,7 @@ class Client:
         return battle
 
 
+@pytest.mark.slow
 def test_bad_requests_get_a_clear_error_and_change_nothing(podium_lake, podium_config):
     app = create_app(podium_config(), podium_lake)
     alice, bob = Client(app, "tok-alice"), Client(app, "tok-bob")
@@ -120,6 +121,7 @@ def test_generation_is_rate_limited_per_user(podium_lake, podium_config):
     assert bob.post("/api/chat", chat).status_code == 200  # another user's budget is their own
 
 
+@pytest.mark.slow
 def test_concurrent_votes_are_all_stored_and_survive_a_restart(podium_lake, podium_config):
     config = podium_config()
     app = create_app(config, podium_lake)
@@ -150,6 +152,7 @@ def test_concurrent_votes_are_all_stored_and_survive_a_restart(podium_lake, podi
     assert sum(map(int, counts.values())) == 2 * rows(podium_lake, VOTES)
 
 
+@pytest.mark.slow
 def test_the_leaderboard_asset_and_sensor_rebuild_preferences_with_lineage_to_both_checkpoints(
         podium_lake, podium_config, tmp_path):
     from assets.podium import podium_leaderboard

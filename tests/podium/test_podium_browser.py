@@ -17,6 +17,8 @@ from factory.podium.app import create_app
 from factory.podium.inference import LocalBackend
 from factory.podium.store import CONVERSATIONS
 
+pytestmark = pytest.mark.slow
+
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "podium"
 HOSTILE = "<script>document.title='pwned'</script><img src=x onerror=\"document.title='pwned'\"><b id=bold>bold</b> "
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")

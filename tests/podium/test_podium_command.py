@@ -13,6 +13,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from factory.podium.store import VOTES
 
 FACTORY = Path(sys.executable).with_name("factory")
@@ -54,6 +56,7 @@ def start(server, wait_up, lake, tokens: Path, port: int, log: Path, name: str) 
     return proc, dict(re.findall(r"podium for (\w+): (\S+)", log.read_text()))
 
 
+@pytest.mark.loopback
 def test_factory_podium_serves_on_loopback_and_signs_in_by_link(podium_lake, server, wait_up, free_port, tmp_path):
     tokens = tmp_path / "tokens.json"
     tokens.write_text(json.dumps(USERS))

@@ -23,6 +23,7 @@ def simulate(n: int, seed: int, tie_rate: float = 0.1) -> list[tuple[str, str, s
     return votes
 
 
+@pytest.mark.slow
 def test_bradley_terry_recovers_known_strengths_within_their_intervals():
     board = leaderboard(simulate(3000, seed=1, tie_rate=0.0), bootstrap=100, seed=0)  # votes drawn from the model
     assert [r.export_id for r in board.ratings] == list(TRUE)  # the true order

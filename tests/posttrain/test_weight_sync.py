@@ -14,6 +14,8 @@ from factory.posttrain.rl.rollout import VLLMActor
 from factory.posttrain.rl.sync import SyncError, WeightSync, engine_layout
 from factory.train.model import llama_state_dict
 
+pytestmark = pytest.mark.slow
+
 Q = "model.layers.0.self_attn.q_proj.weight"
 
 

@@ -99,6 +99,7 @@ def test_nested_user_namespaces_are_refused(sandbox):
     assert out["CapEff"] == "0000000000000000"
 
 
+@pytest.mark.slow
 def test_threads_fork_subprocess_multiprocessing_and_numpy_still_work(sandbox):
     # clone3 answers ENOSYS, so glibc's pthread_create falls back to clone without CLONE_NEW* flags
     code = PRELUDE + f"""

@@ -248,22 +248,27 @@ def test_output_is_truncated_with_a_flag():
 
 # --- processes and memory -------------------------------------------------------------------------
 
-FORK_BOMB = "import os\nwhile True:\n    os.fork()"
-STUBBORN_FORK_BOMB = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
+# Each bomb first re-executes itself with a marker argument of its test's own, so that the survivors
+# looked for are its own processes, not those of a sandbox another test runs at the same time.
+MARKED = "import os, sys\nif sys.argv[-1] != {marker!r}:\n    os.execv(sys.executable, [sys.executable, *sys.argv, {marker!r}])\n"
+FORK_BOMB = "while True:\n    os.fork()"
+STUBBORN_FORK_BOMB = "while True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
 
 
 @pytest.mark.parametrize("use_cgroups", [True, False], ids=["cgroups", "rlimits-only"])
+@pytest.mark.slow
 def test_fork_bomb_is_contained_and_host_unaffected(use_cgroups, monkeypatch):
     if use_cgroups and not cgroup._usable():
         pytest.skip("cgroup v1 pids/memory not writable here; the rlimits-only case covers this machine")
     monkeypatch.setattr(cgroup, "_USABLE", use_cgroups)
     bombs = Sandbox(SandboxConfig(timeout_s=2, cpu_s=2, memory_mb=256, max_processes=32, workers=2))
-    plain, stubborn = bombs.map([FORK_BOMB, STUBBORN_FORK_BOMB])
+    marker = f"marker-{uuid.uuid4().hex}"
+    plain, stubborn = bombs.map([MARKED.format(marker=marker) + bomb for bomb in (FORK_BOMB, STUBBORN_FORK_BOMB)])
     # the first dies of its first refused fork; the second keeps the tree full until the wall clock
     assert plain.outcome is Outcome.FAILED and "BlockingIOError" in plain.stderr
     assert stubborn.outcome is Outcome.TIMEOUT
     assert subprocess.run(["true"]).returncode == 0  # the host can still fork
-    assert survivors("/sandbox/main.py") == []  # and nothing of the bombs is left
+    assert survivors(marker) == []  # and nothing of the bombs is left
     assert leftover_cgroups() == []
 
 

@@ -131,6 +131,7 @@ def test_loop_configs_are_validated():
                        stages=[{"name": "s", "output": "a"}])
 
 
+@pytest.mark.slow
 def test_secondary_inputs_and_a_judge_score_threshold(tmp_path, agents_module, corpus):
     lake = Lake.open(home=tmp_path / "home")
     corpus.write(lake, "refined.examples", corpus.docstrings("refined.examples", count=6))

@@ -51,6 +51,7 @@ def config(base_url: str, key_env: str | None = "SYNTH_TEST_KEY") -> GeneratorCo
                            endpoint={"base_url": base_url, "model": "export/smoke@120", "api_key_env": key_env})
 
 
+@pytest.mark.loopback
 def test_requests_carry_the_model_sampling_and_key_and_errors_are_retried(server, monkeypatch):
     base_url, seen = server
     monkeypatch.setenv("SYNTH_TEST_KEY", "sekrit")
@@ -63,6 +64,7 @@ def test_requests_carry_the_model_sampling_and_key_and_errors_are_retried(server
                           "top_p": 0.95, "seed": 6, "stop": None}
 
 
+@pytest.mark.loopback
 def test_a_missing_key_fails_naming_the_variable(server, monkeypatch):
     base_url, seen = server
     monkeypatch.delenv("SYNTH_TEST_KEY", raising=False)

@@ -130,6 +130,7 @@ def test_an_engine_that_dies_fails_the_run_with_its_error(tmp_path, functions):
     assert nothing_committed(lake)  # before: 6 rejected rows, 0 accepted, and the asset succeeded
 
 
+@pytest.mark.loopback
 def test_an_endpoint_that_refuses_connections_fails_the_run_after_its_retries(tmp_path, functions):
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
@@ -176,6 +177,7 @@ def server():
     httpd.shutdown()
 
 
+@pytest.mark.loopback
 def test_endpoint_rejections_retries_and_missing_fields(server, functions):
     base_url, seen = server
     config = GeneratorConfig(kind="endpoint", template="say {word}", endpoint={"base_url": base_url, "model": "m"})

@@ -7,6 +7,9 @@ import json
 from configs.synth import pipeline
 from factory.infer import EngineConfig, export_checkpoint, find_export, open_engine
 from factory.synth import PipelineConfig, run_pipeline
+import pytest
+
+pytestmark = pytest.mark.slow
 
 
 def test_rephrasing_runs_on_the_smoke_export(trained_checkpoints):

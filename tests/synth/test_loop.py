@@ -5,6 +5,7 @@ a new version, and a loader following the mix switches to it. CPU; needs bubblew
 
 import json
 
+import pytest
 from dagster import DagsterInstance, SensorResult, SkipReason, build_sensor_context, materialize
 
 from assets.mix import mix
@@ -35,6 +36,7 @@ def register(home, instance):
     return result.asset_materializations_for_node("mix")[0].metadata["version_id"].value
 
 
+@pytest.mark.slow
 def test_new_synthetic_snapshots_become_mix_versions_that_training_streams(tmp_path, build_training_lake):
     lake = build_training_lake(tmp_path / "home")
     sandbox = Sandbox(SandboxConfig(workers=2))

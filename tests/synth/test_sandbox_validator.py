@@ -43,6 +43,7 @@ def verdicts():
 
 
 @pytest.mark.parametrize("name", list(PROGRAMS))
+@pytest.mark.slow
 def test_only_programs_that_reach_their_end_are_accepted(verdicts, name):
     reason = PROGRAMS[name][1]
     assert (verdicts[name].passed, verdicts[name].reason) == (not reason, reason)

@@ -21,6 +21,7 @@ def sandbox():
     return lambda timeout: boxes.setdefault(timeout, Sandbox(SandboxConfig(workers=2, timeout_s=timeout, cpu_s=5)))
 
 
+@pytest.mark.slow
 def test_porting_produces_over_a_thousand_verified_rows_with_provenance(tmp_path, sandbox):
     lake = Lake.open(home=tmp_path)
     config = pipeline("porting")

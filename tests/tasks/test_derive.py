@@ -115,6 +115,7 @@ def completion(env, sandbox):
     return derive_task_set(env, "function_completion", DeriveConfig(max_tasks=5, max_candidates=5, seed=1), sandbox)
 
 
+@pytest.mark.slow
 def test_completion_tasks_fail_broken_and_pass_with_the_reference(completion, env, sandbox):
     assert completion.baseline_passed == 6
     assert sorted(t.target for t in completion.tasks) == ["clamp", "total"]
@@ -137,6 +138,7 @@ def test_humaneval_copy_is_dropped_before_any_run(completion):
     assert "has_close_elements" not in {t.target for t in completion.tasks}
 
 
+@pytest.mark.slow
 def test_scoring_reference_wrong_error_and_a_forever_loop(completion, env, sandbox):
     clamp = next(t for t in completion.tasks if t.target == "clamp")
     right = score_candidate(clamp, clamp.reference, sandbox)

@@ -36,6 +36,8 @@ from factory.tasks.engine import AttemptRequest, EngineConfig, EngineError, Task
 from factory.tasks.engine_ray import memory_mb
 from factory.tasks.engine_store import commit_results
 
+pytestmark = pytest.mark.slow
+
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 LEASE_S = 1.5
 

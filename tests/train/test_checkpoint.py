@@ -170,6 +170,7 @@ CHILD = textwrap.dedent(
 
 
 @pytest.mark.parametrize("kill_before", [".pt", ".json"])
+@pytest.mark.slow
 def test_sigkill_during_save_leaves_no_valid_half_checkpoint(tmp_path, kill_before):
     started = time.monotonic()
     child = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path), kill_before],

@@ -87,6 +87,7 @@ def test_a_misspelt_fault_is_refused_naming_it(monkeypatch):
         Faults(kill_at_step=0)
 
 
+@pytest.mark.slow
 def test_train_as_a_library_ignores_the_environment_and_takes_faults_as_an_argument(shared_lake, training_env):
     training_env.setenv(settings.FAULTS, json.dumps({"nan_at_steps": [2]}))
     plan = plan_experiment(shared_lake, smoke().derive(steps=3, tracker={"backends": ["iceberg"]}))
@@ -112,6 +113,7 @@ def test_one_registry_of_backend_names(tmp_path):
                       environ={settings.TRACKER_BACKENDS: "wandb"})
 
 
+@pytest.mark.slow
 def test_each_component_owns_its_cadence(shared_lake):
     tracker = MultiTracker(log_every=3)
     assert [s for s in range(1, 10) if tracker.due(s)] == [3, 6, 9]

@@ -104,6 +104,7 @@ def test_cli_rejects_a_bad_override_naming_the_flag_with_exit_code_2(argv, says,
     assert not home.exists(), "something was started for a rejected override"
 
 
+@pytest.mark.slow
 def test_cli_steps_override_trains_that_many_steps(make_lake, training_env):
     lake = make_lake("cli")
     training_env.setenv("FACTORY_TRACKER_BACKENDS", "iceberg")  # MLflow's store would add ~4 s

@@ -251,6 +251,7 @@ print(json.dumps({"accepted": result.accepted}))
 """
 
 
+@pytest.mark.slow
 def test_sigterm_mid_synthetic_batch_commits_nothing_and_the_rerun_commits_once(tmp_path):
     (tmp_path / "synth_slow.py").write_text(SYNTH_MODULE)
     home, marker = tmp_path / "home", tmp_path / "marker"

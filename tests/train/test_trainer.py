@@ -57,6 +57,7 @@ def final_payload(lake, run: str) -> dict:
     return {"step": ref.step, **load_checkpoint(ref)}
 
 
+@pytest.mark.slow
 def test_smoke_run_falls_checkpoints_records_lineage_and_mlflow(shared_lake, reporter, training_env):
     lake = shared_lake
     plan = plan_experiment(lake, experiment(steps=12, every=4, keep_last=2, mlflow=True))
@@ -116,6 +117,7 @@ def test_smoke_run_falls_checkpoints_records_lineage_and_mlflow(shared_lake, rep
     assert reporter.summary["loss_curve"].startswith("![")
 
 
+@pytest.mark.slow
 def test_nan_step_is_skipped_recorded_and_the_run_finishes(shared_lake, reporter, training_env):
     lake, run = shared_lake, "nan"
     plan = plan_experiment(lake, experiment(steps=6, every=3))
@@ -143,6 +145,7 @@ def test_nan_step_is_skipped_recorded_and_the_run_finishes(shared_lake, reporter
     assert updates == {5.0}, f"optimizer steps per parameter: {updates}"
 
 
+@pytest.mark.slow
 def test_spike_rolls_back_to_the_last_checkpoint(shared_lake, reporter, training_env):
     """A loss x1000 at step 9 (window 5, action rollback; 50 sigma, far above the early-training
     grad-norm swings a 5-step window sees): the step is not applied and the weights and optimizer
@@ -164,6 +167,7 @@ def test_spike_rolls_back_to_the_last_checkpoint(shared_lake, reporter, training
     assert all(torch.equal(at8["model"][k], at9["model"][k]) for k in at8["model"])
 
 
+@pytest.mark.slow
 def test_truncated_latest_checkpoint_is_skipped_with_a_warning(shared_lake, reporter, training_env):
     lake, run = shared_lake, "truncated"
     first = train(plan_experiment(lake, experiment(steps=6, every=3)), lake, run=run, reporter=reporter)
@@ -186,6 +190,7 @@ def test_truncated_latest_checkpoint_is_skipped_with_a_warning(shared_lake, repo
     assert [s for s, _ in metric(lake, run, "loss")] == [1, 2, 3, 4, 4, 5, 5, 6, 6, 7, 8, 9]
 
 
+@pytest.mark.slow
 def test_resumed_run_equals_uninterrupted_run_bit_for_bit(shared_lake, make_lake, training_env):
     short, full = experiment(steps=3, every=3), experiment(steps=6, every=3)
     # the 3-step launch stands in for a 6-step run killed after step 3: that holds only while
@@ -211,6 +216,7 @@ def test_resumed_run_equals_uninterrupted_run_bit_for_bit(shared_lake, make_lake
     assert straight.final_loss == resumed.final_loss
 
 
+@pytest.mark.slow
 def test_fused_loss_trains_the_same_loss_curve(shared_lake, training_env):
     lake, curves = shared_lake, {}
     for fused in (False, True):

@@ -267,6 +267,7 @@ def _full_scans(text: str, config: RedactConfig = REDACT) -> tuple[str, dict[str
         return redact(text, config)
 
 
+@pytest.mark.slow
 def test_the_quick_checks_skip_only_texts_the_patterns_cannot_match():
     """Each kind's quick check is a necessary part of its pattern: over planted secrets, ordinary
     code and a few hundred stdlib modules, redacting with the checks gives exactly the full scans'
