@@ -45,6 +45,7 @@ from factory.lake import CommitStamp, Lake
 from factory.lake.schemas import REFINED_DOCUMENTS
 import suite_timing
 from shared_servers import pytest_runtest_makereport, register, shared_servers_alive, unregister  # noqa: F401
+from signal_guard import pytest_runtest_protocol  # noqa: F401  (a test's signal handlers end with it)
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 
