@@ -141,6 +141,7 @@ def tiny_corpus(out: Path) -> None:
         pq.write_table(pa.Table.from_pylist(rows[shard::2]), out / f"{shard:05d}.parquet")
 
 
+@pytest.mark.timeout(600)  # a hung pool (tests/signal_guard.py says how it happened once) fails here, not at 1,800 s
 @pytest.mark.parametrize("setting", ["default", "matched"])
 def test_refine_bench_datatrove_side_runs_from_its_requirements(setting, venvs, tmp_path, monkeypatch):
     """The bench's own `run_datatrove` (its worker in the scratch venv, then the read-back)."""
