@@ -82,20 +82,23 @@ demo:
 # The tests in tiers, one marker each (tests/conftest.py; README "Tests"): `check`, the fast hermetic
 # tier, is what a developer runs after each change; `make test` runs every tier at once, in lanes
 # side by side (2 cores: the server tiers mostly wait on what they start), each lane's output
-# printed when it ends, and fails when any lane fails. pytest-xdist spreads a lane over two workers
-# (with three, the `slow` lane loaded 2 cores so far that the Ray task engine's lease tests failed);
+# printed when it ends, and fails when any lane fails. pytest-xdist spreads a lane over workers (the
+# `slow` lane over three: its tests mostly wait on the servers and subprocesses they start);
 # `--dist loadgroup` keeps each test file on one worker (module fixtures are built once) and the
-# tests of one shared home (tests/conftest.py ONE_PER_RUN: the demo's) on one worker.
+# tests of one shared home (tests/conftest.py ONE_PER_RUN: the demo's) on one worker; the groups go
+# out longest first (tests/durations.json, measured by bench/suite_bench.py --durations), which
+# --no-loadscope-reorder keeps (xdist would order them by their number of tests).
 # PYTEST_ARGS: more pytest options for every lane (`make test PYTEST_ARGS="--cov ..."`, `-p randomly`).
 PYTEST := $(BIN)/python -m pytest -q -ra -p no:cacheprovider $(PYTEST_ARGS)
 # The check tier also runs in a network namespace of its own (tests/no_network: loopback only) where
 # `unshare -n` is allowed (root): there no process, the test's children included, can reach a server
 # outside it (pytest-socket guards the test's own process everywhere).
 NO_NET := $(shell tests/no_network true 2>/dev/null && echo tests/no_network)
-CHECK := $(NO_NET) $(PYTEST) -m check -n 2 --dist loadgroup
+XDIST := --dist loadgroup --no-loadscope-reorder
+CHECK := $(NO_NET) $(PYTEST) -m check -n 2 $(XDIST)
 LANES := "check|$(CHECK)" \
-  "slow|$(PYTEST) -m slow -n 2 --dist loadgroup" \
-  "servers|$(PYTEST) -m 'loopback or spark or rest or gpu' -n 2 --dist loadgroup"
+  "slow|$(PYTEST) -m slow -n 3 $(XDIST)" \
+  "servers|$(PYTEST) -m 'loopback or spark or rest or gpu' -n 2 $(XDIST)"
 
 check: setup
 	FACTORY_SUITE_TIER=check $(CHECK)

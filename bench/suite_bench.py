@@ -5,7 +5,9 @@ Method. `--run` runs a suite command (default `make test`) with `FACTORY_SUITE_T
 which turns on the timing plugin (`tests/suite_timing.py`, which tests/conftest.py hands every session):
 it writes one JSON file per pytest process into the directory, then prints the report; `--report DIR` prints it again from such
 a directory; `--compare BEFORE AFTER` prints two runs' tier tables side by side with the ratio
-after/before. `.ci/run` prints the short form (`--top 20`) at the end of every CI run. `--coverage` (with
+after/before. `--durations FILE` (with `--run` or `--report`) writes each test file's seconds (its
+tests' setup + call + teardown) as JSON: tests/durations.json, from which tests/conftest.py hands
+pytest-xdist the longest files first, so that a lane's workers end together. `.ci/run` prints the short form (`--top 20`) at the end of every CI run. `--coverage` (with
 `make test`) adds line coverage of the core and the Dagster layer through pytest-cov, each lane's
 data combined at the end.
 
@@ -16,7 +18,7 @@ session fixture is paid once, by the first test that asks). Server counts come f
 sampler (every 0.25 s) plus a count of in-process vLLM engines (see tests/suite_timing.py).
 
     .venv/bin/python bench/suite_bench.py --run [--coverage] [--out DIR] [-- COMMAND ...]
-    .venv/bin/python bench/suite_bench.py --report DIR [--top 30]
+    .venv/bin/python bench/suite_bench.py --report DIR [--top 30] [--durations tests/durations.json]
     .venv/bin/python bench/suite_bench.py --compare BEFORE_DIR AFTER_DIR
 """
 
@@ -144,6 +146,14 @@ def run(out: Path, command: list[str], top: int, coverage: bool = False) -> int:
     return code
 
 
+def write_durations(directory: Path, path: Path) -> None:
+    per_file: Counter = Counter()
+    for test_id, t in summary(directory)["tests"].items():
+        per_file[test_id.split("::")[0]] += sum(t.get(w, 0.0) for w in ("setup", "call", "teardown"))
+    path.write_text(json.dumps({f: round(s, 1) for f, s in sorted(per_file.items())}, indent=0) + "\n")
+    print(f"{len(per_file)} test files' seconds written to {path}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     mode = parser.add_mutually_exclusive_group(required=True)
@@ -154,16 +164,23 @@ def main() -> int:
     parser.add_argument("--coverage", action="store_true",
                         help=f"with --run of make test: line coverage of {COVERED} (pytest-cov), combined")
     parser.add_argument("--top", type=int, default=30, help="how many slowest tests (and fixtures, at 30+)")
+    parser.add_argument("--durations", type=Path, metavar="FILE",
+                        help="write each test file's seconds to FILE (tests/durations.json orders the lanes)")
     parser.add_argument("command", nargs="*", help="the suite command after --, default: make test")
     args = parser.parse_args()
     if args.report:
         report(args.report, args.top)
+        if args.durations:
+            write_durations(args.report, args.durations)
         return 0
     if args.compare:
         compare(*args.compare)
         return 0
     out = args.out or Path(tempfile.mkdtemp(prefix="suite-timing-"))
-    return run(out, args.command or ["make", "test"], args.top, args.coverage)
+    code = run(out, args.command or ["make", "test"], args.top, args.coverage)
+    if args.durations:
+        write_durations(out, args.durations)
+    return code
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import hashlib
+import json
 import os
 import signal
 import socket
@@ -40,6 +41,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from _pytest.nodeid import NodeId
 
 from factory.lake import CommitStamp, Lake
 from factory.lake.schemas import REFINED_DOCUMENTS
@@ -109,8 +111,11 @@ def pytest_configure(config):
 TIERS = ("check", "loopback", "spark", "rest", "slow", "gpu")
 # Session fixtures too costly to build once per xdist worker: the tests that use one run on one worker.
 ONE_PER_RUN = ("demo_home",)
-# The longest chains (a fixture of minutes, then its tests) go first, so that a lane's workers end together.
-LONG_POLES = ("demo_home", "cpu_image")
+# Each test file's seconds in a measured run (bench/suite_bench.py --durations): the longest groups go
+# first, so that a lane's workers end together instead of one starting `make demo` last (longest
+# processing time first; the lanes run with --no-loadscope-reorder, which keeps this order). A file
+# it does not know counts 0 s; a stale figure only changes the order, never what runs.
+DURATIONS = Path(__file__).with_name("durations.json")
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects: `-m check` must see the markers given here
@@ -118,9 +123,9 @@ def pytest_collection_modifyitems(config, items):
     """A test with no tier marker is in `check`, the fast hermetic tier; a test with two is an error
     (which command would run it?). Under pytest-xdist's `--dist loadgroup` a test file runs on one
     worker (its module fixtures are built once), and the tests of a fixture in ONE_PER_RUN run on
-    one worker, whatever their file (one `make demo` per run). The tests of LONG_POLES come first
-    (the sort is stable: the rest keep their order)."""
-    twice = []
+    one worker, whatever their file (one `make demo` per run). The groups come longest first
+    (DURATIONS; the sort is stable: a group's tests keep their order)."""
+    twice, groups = [], {}
     for item in items:
         tiers = {m.name for m in item.iter_markers() if m.name in TIERS}
         callspec = getattr(item, "callspec", None)
@@ -130,23 +135,31 @@ def pytest_collection_modifyitems(config, items):
         tiers = sorted({m.name for m in item.iter_markers() if m.name in TIERS})
         if getattr(config.option, "loadgroup", False):  # an xdist worker under `--dist loadgroup`
             home = next((f for f in ONE_PER_RUN if f in item.fixturenames), None)
-            _group(item, home or item.nodeid.split("::")[0])
+            groups[item] = home or item.nodeid.split("::")[0]
+            _group(item, groups[item])
         if not tiers:
             item.add_marker(pytest.mark.check)
         elif len(tiers) > 1:
             twice.append(f"{item.nodeid}: {', '.join(tiers)}")
-    items.sort(key=lambda item: next((i for i, f in enumerate(LONG_POLES) if f in item.fixturenames), len(LONG_POLES)))
+    if groups:
+        _longest_first(items, groups)
     if twice:
         raise pytest.UsageError("a test belongs to exactly one tier of " + ", ".join(TIERS) + "; these carry several:\n  "
                                 + "\n  ".join(twice))
+
+
+def _longest_first(items: list, groups: dict) -> None:
+    seconds = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+    weight: dict[str, float] = {}
+    for group, file in {(groups[item], item.nodeid.split("::")[0]) for item in items}:
+        weight[group] = weight.get(group, 0.0) + seconds.get(file, 0.0)
+    items.sort(key=lambda item: -weight[groups[item]])
 
 
 def _group(item, name: str) -> None:
     """Put `item` in xdist group `name`: `--dist loadgroup` sends the tests whose node id ends in the
     same `@name` to one worker. (pytest-xdist 3.8 appends it from an `xdist_group` marker by setting
     `item._nodeid`, which pytest 9.2 no longer reads: its node ids live in `item._id`.)"""
-    from _pytest.nodeid import NodeId
-
     item._id = NodeId.parse(f"{item.nodeid}@{name}")
 
 

@@ -51,6 +51,7 @@ def test_export_writes_hf_llama_files_content_addressed_with_lineage(trained_on_
     assert find_export(reader, export.export_id).sha256 == export.sha256
 
 
+@pytest.mark.slow
 def test_ours_transformers_and_vllm_agree_on_a_trained_checkpoint(trained_checkpoints):
     lake = trained_checkpoints.lake
     export = export_checkpoint(lake, trained_checkpoints.checkpoint_ids[-1])

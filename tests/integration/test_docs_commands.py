@@ -56,7 +56,7 @@ ELSEWHERE: list[tuple[str, str, str]] = [
     (r"factory sweep run\b", "tests/experiments/test_sweep_run.py::test_each_cell_trains_into_the_rest_lake",
      "trains every cell (minutes)"),
     (r"factory sweep launch\b.*--url", "tests/integration/test_sweep_queue.py::"
-     "test_sweep_launch_queues_every_cell_in_under_10_seconds", "needs the webserver of `make ui`"),
+     "test_sweep_launch_queues_every_cell_through_the_webserver", "needs the webserver of `make ui`"),
     (r"factory sweep launch\b", "tests/integration/test_sweep_queue.py::"
      "test_experiment_submit_without_a_server_queues_into_the_instance_once",
      "queues runs into the demo's instance, which `make ui`'s daemon would start (the same no-server path, jobs/queue_runs.py)"),

@@ -1,8 +1,7 @@
 """Sweeps through the real run queue.
 
 - `factory sweep launch smoke_lr --url ...` against a running webserver (no daemon, so the runs
-  stay queued) queues all four cells in under 10 seconds, measured around the command and
-  printed; every run carries the sweep tags, the sweep priority, its partition and its
+  stay queued) queues all four cells (its time is bench/cli_bench.py's, not an assertion's); every run carries the sweep tags, the sweep priority, its partition and its
   experiment; a second launch queues nothing (the cells are unchanged).
 - The daemon fires a scheduled sweep: a code location that adds `sweep_schedule` of a two-cell
   sweep with a one-minute cron, started over GraphQL; both cells' training runs are created by
@@ -49,20 +48,16 @@ def wait_for(url: str, proc, log: Path, timeout: float = 120) -> None:
             time.sleep(1)
 
 
-def test_sweep_launch_queues_every_cell_in_under_10_seconds(lake_env, server, free_port, tmp_path):
+def test_sweep_launch_queues_every_cell_through_the_webserver(lake_env, server, free_port, tmp_path):
     url = f"http://127.0.0.1:{free_port}"
     proc = server("webserver", [str(BIN / "dagster-webserver"), "-w", "workspace.yaml", "-h", "127.0.0.1",
                                 "-p", str(free_port)], lake_env)
     wait_for(url, proc, tmp_path / "webserver.log")
 
-    started = time.perf_counter()
     done = subprocess.run([str(BIN / "factory"), "sweep", "launch", "smoke_lr", "--url", url], cwd=ROOT, env=lake_env,
                           capture_output=True, text=True, timeout=120)
-    seconds = time.perf_counter() - started
-    print(f"\nfactory sweep launch smoke_lr: 4 runs queued in {seconds:.2f} s (command wall time)")
     assert done.returncode == 0, done.stderr
     assert "queued 4 run(s), 0 unchanged" in done.stdout, done.stdout
-    assert seconds < 10, f"queueing took {seconds:.1f} s"
 
     instance = DagsterInstance.from_config(lake_env["DAGSTER_HOME"])
     runs = instance.get_runs(RunsFilter(tags={"factory/sweep": "smoke_lr"}))

@@ -76,7 +76,7 @@ def test_passed_with_stdout_stdin_and_duration(sandbox):
     r = run(sandbox, "import sys\nprint('got', sys.stdin.read().upper())", stdin="hello")
     assert (r.outcome, r.reason, r.returncode) == (Outcome.PASSED, "exit 0", 0)
     assert r.stdout == "got HELLO\n" and r.stderr == "" and not r.truncated
-    assert 0 < r.duration_s < 5 and r.cpu_s is not None
+    assert r.duration_s > 0 and r.cpu_s is not None
 
 
 def test_exception_and_exit_codes_are_failed(sandbox):
@@ -108,17 +108,20 @@ def test_memory_bombs_are_oom(code):
     assert r.stderr.rstrip().endswith("MemoryError")
 
 
-def test_busy_loop_hits_the_cpu_limit(sandbox):
-    r = run(sandbox, "while True: pass")
+# The CPU-limit tests give the wall clock room (60 s; idle they end after 1-2 s): on a loaded machine
+# (the suite's lanes side by side) a program gets a fraction of a core, and the wall clock must not
+# end it before its CPU seconds run out. The reason and the signal show which limit ended it.
+def test_busy_loop_hits_the_cpu_limit():
+    r = run(Sandbox(SandboxConfig(timeout_s=60, cpu_s=2, memory_mb=512)), "while True: pass")
     assert (r.outcome, r.reason, r.returncode) == (Outcome.TIMEOUT, "cpu limit 2s (SIGXCPU)", -24)
-    assert 1.5 < r.duration_s < 7
+    assert r.duration_s > 1.5  # two CPU seconds take at least that much wall time
 
 
 def test_ignoring_sigxcpu_still_ends_in_sigkill_timeout():
-    patient = Sandbox(SandboxConfig(timeout_s=8, cpu_s=1, memory_mb=512))
+    patient = Sandbox(SandboxConfig(timeout_s=60, cpu_s=1, memory_mb=512))
     r = patient.run("import signal\nsignal.signal(signal.SIGXCPU, signal.SIG_IGN)\nwhile True: pass")
     assert r.outcome is Outcome.TIMEOUT and r.returncode == -9
-    assert r.reason.startswith("cpu limit 1s (SIGKILL after") and r.duration_s < 7
+    assert r.reason.startswith("cpu limit 1s (SIGKILL after")
 
 
 def test_wall_clock_timeout_kills_the_tree():
@@ -134,7 +137,7 @@ def test_wall_clock_timeout_kills_the_tree():
     r = run(quick, code)
     assert (r.outcome, r.reason, r.returncode) == (Outcome.TIMEOUT, "wall-clock timeout", None)
     assert r.stdout == "started\n"  # output written before the kill still arrives
-    assert 1.0 <= r.duration_s < 5
+    assert r.duration_s >= 1.0
     assert survivors(marker) == []
 
 

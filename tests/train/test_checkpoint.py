@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -172,11 +171,10 @@ CHILD = textwrap.dedent(
 @pytest.mark.parametrize("kill_before", [".pt", ".json"])
 @pytest.mark.slow
 def test_sigkill_during_save_leaves_no_valid_half_checkpoint(tmp_path, kill_before):
-    started = time.monotonic()
     child = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path), kill_before],
                            capture_output=True, text=True, timeout=120)
     assert child.returncode == -signal.SIGKILL, child.stderr[-3000:]
-    assert "saved" not in child.stdout and time.monotonic() - started < 60
+    assert "saved" not in child.stdout
 
     assert len(list(tmp_path.glob(".step-00000002.*.tmp"))) == 1  # the temp file the kill left
     assert (tmp_path / "step-00000002.pt").exists() == (kill_before == ".json")
