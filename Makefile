@@ -94,17 +94,23 @@ PYTEST := $(BIN)/python -m pytest -q -ra -p no:cacheprovider $(PYTEST_ARGS)
 # `unshare -n` is allowed (root): there no process, the test's children included, can reach a server
 # outside it (pytest-socket guards the test's own process everywhere).
 NO_NET := $(shell tests/no_network true 2>/dev/null && echo tests/no_network)
+# One torch/OpenMP thread per test process: the workers already share the cores, and spinning
+# OpenMP threads of oversubscribed processes only burn them (the tests that train set it themselves).
 XDIST := --dist loadgroup --no-loadscope-reorder
-CHECK := $(NO_NET) $(PYTEST) -m check -n 2 $(XDIST)
-LANES := "check|$(CHECK)" \
-  "slow|$(PYTEST) -m slow -n 3 $(XDIST)" \
-  "servers|$(PYTEST) -m 'loopback or spark or rest or gpu' -n 2 $(XDIST)"
+CHECK := $(NO_NET) env OMP_NUM_THREADS=1 $(PYTEST) -m check -n 2 $(XDIST)
+# The demo lane (tests/demo_lane) runs `make demo` on a fresh home from the start, with its own
+# threads: the suite's longest chain is that demo and then the documented commands run on its home
+# (the demo_home fixture waits for it through FACTORY_TEST_DEMO_RUN).
+LANES := "demo|tests/demo_lane" \
+  "check|$(CHECK)" \
+  "slow|OMP_NUM_THREADS=1 $(PYTEST) -m slow -n 3 $(XDIST)" \
+  "servers|OMP_NUM_THREADS=1 $(PYTEST) -m 'loopback or spark or rest or gpu' -n 2 $(XDIST)"
 
 check: setup
 	FACTORY_SUITE_TIER=check $(CHECK)
 
 test: setup
-	@tmp=$$(mktemp -d); pids=(); names=(); \
+	@tmp=$$(mktemp -d); pids=(); names=(); export FACTORY_TEST_DEMO_RUN=$$tmp/demo-run; \
 	  for lane in $(LANES); do name=$${lane%%|*}; \
 	    FACTORY_SUITE_TIER=$$name bash -c "$${lane#*|}" > $$tmp/$$name.log 2>&1 & pids+=($$!); names+=($$name); \
 	    echo "== lane $$name: $${lane#*|}"; done; \

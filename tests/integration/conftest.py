@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from dagster_graphql import DagsterGraphQLClient
 
+from demo_run import wait_for_demo_lane
+
 ROOT = Path(__file__).resolve().parents[2]
 DAGSTER = Path(sys.executable).parent / "dagster"
 
@@ -56,25 +58,32 @@ def demo_home(tmp_path_factory) -> dict:
     that use it must not depend on each other's writes; ones that only read come first by name.
     Its output is `demo.log` beside the home.
 
+    Under `make test` the demo is a lane of its own (tests/demo_lane), started with the others:
+    FACTORY_TEST_DEMO_RUN=DIR names it, and the fixture waits for its exit status (its log is
+    DIR/demo.log; a lane that died without one fails the tests that use it, never hangs them).
+
     FACTORY_TEST_DEMO_HOME=PATH reuses a home a finished `make demo` left at PATH instead (for
     working on these tests: `FACTORY_HOME=/tmp/demo_x make demo` once, then every run starts at
     once). The tests may write to it as they would to the fixture's own, so give them a home of
     your own, never one you are looking at."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FACTORY_", "DAGSTER_"))}
-    reuse = os.environ.get("FACTORY_TEST_DEMO_HOME")
+    env["PYTHONUNBUFFERED"] = "1"
+    reuse, lane = os.environ.get("FACTORY_TEST_DEMO_HOME"), os.environ.get("FACTORY_TEST_DEMO_RUN")
     if reuse:
         home = Path(reuse).resolve()
         assert (home / "lake").is_dir() and (home / "dagster").is_dir(), \
             f"FACTORY_TEST_DEMO_HOME={reuse}: not a home `make demo` finished in (no lake/ and dagster/ there)"
-        return env | {"FACTORY_HOME": str(home), "DAGSTER_HOME": str(home / "dagster"), "PYTHONUNBUFFERED": "1"}
-    root = tmp_path_factory.mktemp("demo")
-    home = root / "factory"
-    env |= {"FACTORY_HOME": str(home), "DAGSTER_HOME": str(home / "dagster"), "PYTHONUNBUFFERED": "1"}
-    with open(root / "demo.log", "w") as log:
-        done = subprocess.run(["make", "-C", str(ROOT), "demo", f"FACTORY_HOME={home}"], env=env,
-                              stdout=log, stderr=subprocess.STDOUT, timeout=1800)
-    assert done.returncode == 0, f"make demo failed: {(root / 'demo.log').read_text()[-4000:]}"
-    return env
+    elif lane:
+        home = wait_for_demo_lane(Path(lane))
+    else:
+        root = tmp_path_factory.mktemp("demo")
+        home = root / "factory"
+        with open(root / "demo.log", "w") as log:
+            done = subprocess.run(["make", "-C", str(ROOT), "demo", f"FACTORY_HOME={home}"],
+                                  env=env | {"FACTORY_HOME": str(home)}, stdout=log, stderr=subprocess.STDOUT,
+                                  timeout=3600)
+        assert done.returncode == 0, f"make demo failed: {(root / 'demo.log').read_text()[-4000:]}"
+    return env | {"FACTORY_HOME": str(home), "DAGSTER_HOME": str(home / "dagster")}
 
 
 def _processes_with(needle: bytes, session: int | None) -> list[str]:
