@@ -71,6 +71,10 @@ def report(directory: Path, top: int) -> None:
     if s["run"]:
         print(f"suite: `{s['run']['command']}` took {s['run']['wall']:.0f} s wall ({_minutes(s['run']['wall'])}), "
               f"exit {s['run']['exit']}")
+        if "machine_busy" in s["run"]:
+            busy, wall, cores = s["run"]["machine_busy"], s["run"]["wall"], s["run"]["cores"]
+            print(f"machine: {busy:.0f} core-seconds busy of {wall * cores:.0f} ({cores} cores x wall: "
+                  f"{100 * busy / (wall * cores):.0f} %), whatever ran them (the demo lane, servers, daemons included)")
         if "coverage" in s["run"]:
             print(f"line coverage of {COVERED}: {s['run']['coverage']} %")
     print("\npytest processes (wall from plugin start to session end; CPU = own + reaped children):")
@@ -130,14 +134,22 @@ def coverage_total(out: Path) -> str:
     return done.stdout.strip() or done.stderr.strip()
 
 
+def _busy_seconds() -> float:
+    """CPU seconds the whole machine spent busy so far (/proc/stat: all but idle and iowait): how
+    close a run came to the cores' capacity, counting what no pytest process reaps."""
+    ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(ticks[:8]) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
 def run(out: Path, command: list[str], top: int, coverage: bool = False) -> int:
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, FACTORY_SUITE_TIMING=str(out))
     if coverage:  # make's PYTEST_ARGS, not PYTEST_ADDOPTS: that would reach the pytest runs tests start
         command = [*command, f"PYTEST_ARGS=--cov --cov-config={coverage_rc(out)} --cov-report="]
-    start = time.time()
+    start, busy = time.time(), _busy_seconds()
     code = subprocess.call(command, cwd=CHECKOUT, env=env)
-    record = {"command": " ".join(command), "wall": time.time() - start, "exit": code}
+    record = {"command": " ".join(command), "wall": time.time() - start, "exit": code,
+              "machine_busy": _busy_seconds() - busy, "cores": os.cpu_count()}
     if coverage:
         record["coverage"] = coverage_total(out)
     (out / "run.json").write_text(json.dumps(record))

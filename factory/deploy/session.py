@@ -24,6 +24,10 @@ With `FACTORY_METRICS=1` and `--metrics-port` (`make ui` passes both), the facto
 and Prometheus (`--prometheus-port`) start beside the command (`factory.health.local`), get the
 same SIGINT and carry the same mark.
 
+The command and the processes beside it start with SIGINT and SIGTERM at their defaults, whatever
+the wrapper inherited: a program started in the background by a non-interactive shell (`make ui &`
+in a script, a CI lane) inherits SIGINT ignored, and its children would then sit out step 1.
+
 Linux only (it reads `/proc`); other systems get the process-group steps.
 """
 
@@ -148,6 +152,10 @@ def main(argv: list[str] | None = None) -> int:
     from factory import health
 
     on = health.enabled() and args.metrics_port is not None
+    # an ignored SIGINT or SIGTERM is inherited across exec (a handler is not): the command and what
+    # starts beside it get the defaults (module docstring); ours are set once they run
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if on:
         settings.export(health.child_env())  # the command's every process writes to the exporter's directory
     session = Session(command, grace=args.grace)
