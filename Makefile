@@ -83,7 +83,7 @@ demo:
 # tier, is what a developer runs after each change; `make test` runs every tier at once, in lanes
 # side by side (2 cores: the server tiers mostly wait on what they start), each lane's output
 # printed when it ends, and fails when any lane fails. pytest-xdist spreads a lane over workers (the
-# `slow` lane over four: its tests mostly wait on the servers and subprocesses they start);
+# `slow` lane over three: its tests mostly wait on the servers and subprocesses they start);
 # `--dist loadgroup` keeps each test file on one worker (module fixtures are built once) and the
 # tests of one shared home (tests/conftest.py ONE_PER_RUN: the demo's) on one worker; the groups go
 # out longest first (tests/durations.json, measured by bench/suite_bench.py --durations), which
@@ -99,22 +99,25 @@ NO_NET := $(shell tests/no_network true 2>/dev/null && echo tests/no_network)
 XDIST := --dist loadgroup --no-loadscope-reorder
 CHECK := $(NO_NET) env OMP_NUM_THREADS=1 $(PYTEST) -m check -n 2 $(XDIST)
 # The demo lane (tests/demo_lane) runs `make demo` on a fresh home from the start, with its own
-# threads and, where allowed (root), a higher CPU priority (nice -5; elsewhere nice says so and runs
-# it as is): the suite's longest chain is that demo and then the documented commands run on its
-# home (the demo_home fixture waits for it through FACTORY_TEST_DEMO_RUN). `slow` has a fourth
-# worker for the one that waits.
-LANES := "demo|nice -n -5 tests/demo_lane" \
+# threads: the suite's longest chain is that demo and then the documented commands run on its home
+# (the demo_home fixture waits for it through FACTORY_TEST_DEMO_RUN).
+LANES := "demo|tests/demo_lane" \
   "check|$(CHECK)" \
-  "slow|OMP_NUM_THREADS=1 $(PYTEST) -m slow -n 4 $(XDIST)" \
+  "slow|OMP_NUM_THREADS=1 $(PYTEST) -m slow -n 3 $(XDIST)" \
   "servers|OMP_NUM_THREADS=1 $(PYTEST) -m 'loopback or spark or rest or gpu' -n 2 $(XDIST)"
 
 check: setup
 	FACTORY_SUITE_TIER=check $(CHECK)
 
+# Each lane is a process session of its own (setsid): where the kernel groups CPU time by session
+# (sched_autogroup, the default of most distributions), every server a test starts in a session of
+# its own gets as much CPU as everything else in make's session, so lanes sharing one session starve
+# (the `check` lane took 4x its time alone; the demo lane 4x). Ctrl-C or SIGTERM stops every lane.
 test: setup
 	@tmp=$$(mktemp -d); pids=(); names=(); export FACTORY_TEST_DEMO_RUN=$$tmp/demo-run; \
+	  trap 'for p in $${pids[@]}; do kill -TERM -- -$$p 2>/dev/null; done; rm -rf $$tmp; exit 130' INT TERM; \
 	  for lane in $(LANES); do name=$${lane%%|*}; \
-	    FACTORY_SUITE_TIER=$$name bash -c "$${lane#*|}" > $$tmp/$$name.log 2>&1 & pids+=($$!); names+=($$name); \
+	    FACTORY_SUITE_TIER=$$name setsid bash -c "$${lane#*|}" > $$tmp/$$name.log 2>&1 & pids+=($$!); names+=($$name); \
 	    echo "== lane $$name: $${lane#*|}"; done; \
 	  failed=0; for i in $${!pids[@]}; do wait $${pids[$$i]} || failed=1; \
 	    echo "== lane $${names[$$i]}"; cat $$tmp/$${names[$$i]}.log; done; rm -rf $$tmp; exit $$failed
