@@ -98,10 +98,11 @@ NO_NET := $(shell tests/no_network true 2>/dev/null && echo tests/no_network)
 # OpenMP threads of oversubscribed processes only burn them (the tests that train set it themselves).
 XDIST := --dist loadgroup --no-loadscope-reorder
 CHECK := $(NO_NET) env OMP_NUM_THREADS=1 $(PYTEST) -m check -n 2 $(XDIST)
-# The demo lane (tests/demo_lane) runs `make demo` on a fresh home from the start, with its own
-# threads: the suite's longest chain is that demo and then the documented commands run on its home
-# (the demo_home fixture waits for it through FACTORY_TEST_DEMO_RUN).
-LANES := "demo|tests/demo_lane" \
+# The demo lane (tests/demo_lane) runs `make demo` on a fresh home from the start: the suite's
+# longest chain is that demo and then the documented commands run on its home (the demo_home
+# fixture waits for it through FACTORY_TEST_DEMO_RUN). One thread too: with two, its training's
+# OpenMP threads waited on each other on the shared cores (120 steps in over 20 minutes).
+LANES := "demo|OMP_NUM_THREADS=1 tests/demo_lane" \
   "check|$(CHECK)" \
   "slow|OMP_NUM_THREADS=1 $(PYTEST) -m slow -n 3 $(XDIST)" \
   "servers|OMP_NUM_THREADS=1 $(PYTEST) -m 'loopback or spark or rest or gpu' -n 2 $(XDIST)"
