@@ -24,6 +24,12 @@ from factory import settings
 from factory.tasks.engine_model import EngineConfig
 
 CLUSTER_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+# A local start may fail on a loaded machine by no fault of ours: the raylet gives its dashboard agent a
+# fixed 15 s to write its port files and aborts when the agent's imports take longer (ray-project/ray
+# issue 65983; seen with the test suite's lanes side by side). A local instance is ours alone, so it
+# is started again.
+LOCAL_START_TRIES = 3
+log = logging.getLogger(__name__)
 
 
 def start_ray(config: EngineConfig) -> bool:
@@ -40,10 +46,23 @@ def start_ray(config: EngineConfig) -> bool:
         with _loopback_only():
             ray.init(address=config.address, _node_ip_address="127.0.0.1", **quiet)
         return True
-    with _loopback_only():
-        ray.init(address="local", include_dashboard=False, num_cpus=math.ceil(config.workers * config.attempt_cpus),
-                 _node_ip_address="127.0.0.1", object_store_memory=config.object_store_mb * 2**20, **quiet)
-    return True
+    for attempt in range(1, LOCAL_START_TRIES + 1):
+        try:
+            with _loopback_only():
+                ray.init(address="local", include_dashboard=False,
+                         num_cpus=math.ceil(config.workers * config.attempt_cpus), _node_ip_address="127.0.0.1",
+                         object_store_memory=config.object_store_mb * 2**20, **quiet)
+            return True
+        except Exception as exc:  # a local instance is ours alone: stop what the failed start left, start again
+            ray.shutdown()
+            if attempt == LOCAL_START_TRIES:
+                raise RuntimeError(f"a local Ray instance failed to start {LOCAL_START_TRIES} times; last: "
+                                   f"{type(exc).__name__}: {exc} (its raylet.err under /tmp/ray/session_latest/logs "
+                                   "says why)") from exc
+            log.warning("a local Ray instance failed to start (%s: %s); starting it again (%d/%d)",
+                        type(exc).__name__, exc, attempt + 1, LOCAL_START_TRIES)
+            time.sleep(2)
+    raise AssertionError("unreachable")
 
 
 def _on_loopback(address: str) -> bool:
