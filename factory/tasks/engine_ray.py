@@ -46,7 +46,8 @@ def start_ray(config: EngineConfig) -> bool:
         with _loopback_only():
             ray.init(address=config.address, _node_ip_address="127.0.0.1", **quiet)
         return True
-    for attempt in range(1, LOCAL_START_TRIES + 1):
+    attempt = 1
+    while True:
         try:
             with _loopback_only():
                 ray.init(address="local", include_dashboard=False,
@@ -59,10 +60,10 @@ def start_ray(config: EngineConfig) -> bool:
                 raise RuntimeError(f"a local Ray instance failed to start {LOCAL_START_TRIES} times; last: "
                                    f"{type(exc).__name__}: {exc} (its raylet.err under /tmp/ray/session_latest/logs "
                                    "says why)") from exc
+            attempt += 1
             log.warning("a local Ray instance failed to start (%s: %s); starting it again (%d/%d)",
-                        type(exc).__name__, exc, attempt + 1, LOCAL_START_TRIES)
+                        type(exc).__name__, exc, attempt, LOCAL_START_TRIES)
             time.sleep(2)
-    raise AssertionError("unreachable")
 
 
 def _on_loopback(address: str) -> bool:
