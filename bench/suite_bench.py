@@ -50,16 +50,18 @@ def summary(directory: Path) -> dict:
     mains = [r for r in records if not r.get("worker")]
     run_file = directory / "run.json"
     run = json.loads(run_file.read_text()) if run_file.exists() else {}
-    tests, fixtures, servers = {}, [], Counter()
+    tests, fixtures, servers, cpu = {}, [], Counter(), {}
     for r in records:
         tests.update(r["tests"])
+        cpu.update(r.get("test_cpu", {}))
         fixtures += r["fixtures"]
         servers.update(r["servers"])
     tiers: dict[str, dict] = defaultdict(lambda: {"tests": 0, "seconds": 0.0})
     for t in tests.values():
         tiers[t["tier"]]["tests"] += 1
         tiers[t["tier"]]["seconds"] += sum(t.get(w, 0.0) for w in ("setup", "call", "teardown"))
-    return {"run": run, "processes": mains, "tests": tests, "fixtures": fixtures, "servers": servers, "tiers": tiers}
+    return {"run": run, "processes": mains, "tests": tests, "fixtures": fixtures, "servers": servers, "tiers": tiers,
+            "cpu": cpu}
 
 
 def _minutes(seconds: float) -> str:
@@ -95,6 +97,14 @@ def report(directory: Path, top: int) -> None:
         print(f"\nthe {top} slowest fixture setups:")
         for f in sorted(s["fixtures"], key=lambda f: -f["seconds"])[:top]:
             print(f"  {f['seconds']:7.1f} s  {f['fixture']} ({f['scope']}) for {f['test']}")
+    if s["cpu"]:
+        files: Counter = Counter()
+        for node, seconds in s["cpu"].items():
+            files[node.split("::")[0]] += seconds
+        print(f"\nthe {top} test files that spent the most CPU (their processes and reaped children, "
+              f"{sum(files.values()):.0f} s in all):")
+        for path, seconds in files.most_common(top):
+            print(f"  {seconds:7.1f} s  {path}")
     print("\nservers started in this run:")
     for kind, n in sorted(s["servers"].items(), key=lambda kv: -kv[1]) or [("(none)", 0)]:
         print(f"  {n:4d}  {kind}")

@@ -32,14 +32,14 @@ def python_stdlib(full: bool = False) -> DirectorySource:
 
 
 def site_packages(full: bool = False) -> DirectorySource:
-    """`.py` files of the installed packages (deterministic 9,000-file sample by default)."""
+    """`.py` files of the installed packages (deterministic 4,000-file sample by default)."""
     return DirectorySource(
         name="site_packages",
         root="{purelib}",
         include=["**/*.py"],
         exclude=SKIP_DIRS,
         license_from_dist_info=True,
-        max_documents=None if full else 9_000,
+        max_documents=None if full else 4_000,
         max_file_bytes=None if full else 200_000,
         on_invalid="skip",
     )

@@ -4,7 +4,9 @@ tests/conftest.py hands it every session; it is active only when `FACTORY_SUITE_
 (by bench/suite_bench.py): each pytest process then writes `<dir>/<label>-<pid>.json` at the end of its session with
 - its wall time and CPU time (its own and its waited-for children's, from `getrusage`), and its tier
   label (`FACTORY_SUITE_TIER`, else the `-m` expression);
-- every test's setup, call and teardown durations, outcome and tier marker;
+- every test's setup, call and teardown durations, outcome and tier marker, and the CPU time its
+  process and the children it reaped spent from its setup to its teardown (a module fixture's
+  share lands on the test that set it up or tore it down; a process nobody waits for is missed);
 - every fixture setup's duration (name, scope, the test that paid for it);
 - the servers started during the run, by kind: a sampler thread scans the process table every
   0.25 s for processes descended from this one (or carrying its tag in their environment, for
@@ -130,7 +132,7 @@ class Recorder:
         if not worker:  # the controller's sampler sees its workers' descendants
             self.sampler.start()
         self._count_engines()
-        self.current, self.uses = "(collection)", {}
+        self.current, self.uses, self.cpu = "(collection)", {}, {}
         if os.environ.get("FACTORY_SUITE_PROBE"):
             self._probe()
 
@@ -168,8 +170,9 @@ class Recorder:
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item):
-        self.current = item.nodeid
+        self.current, cpu0 = item.nodeid, _cpu_seconds()
         yield
+        self.cpu[item.nodeid.split("@")[0]] = _cpu_seconds() - cpu0
 
     def _probe(self) -> None:
         """Record, per test, each inet socket bound or connected and each subprocess started in this
@@ -208,7 +211,7 @@ class Recorder:
             servers["vLLM engine (in process)"] = self.engines
         record = {"label": self.label, "pid": os.getpid(), "wall": time.time() - self.wall0,
                   "cpu": _cpu_seconds() - self.cpu0, "exitstatus": int(session.exitstatus),
-                  "worker": self.worker, "tests": self.tests,
+                  "worker": self.worker, "tests": self.tests, "test_cpu": self.cpu,
                   "uses": {t: {k: sorted(v) for k, v in u.items()} for t, u in self.uses.items()}, "fixtures": self.fixtures, "servers": servers}
         self.out.mkdir(parents=True, exist_ok=True)
         name = f"{self.label}-{self.worker or 'main'}-{os.getpid()}.json"

@@ -46,13 +46,13 @@ def test_the_summary_states_the_trained_runs_numbers(trained_checkpoints):
     last = checkpoints(lake, run)[-1]
     loss = sorted((r["step"], r["value"]) for r in lake.table("train.metrics").scan().to_arrow().to_pylist()
                   if r["run"] == run and r["name"] == "loss")
-    assert (summary.steps, summary.tokens) == (trained_checkpoints.steps, last["tokens"]) == (8, 8 * 4096)
+    assert (summary.steps, summary.tokens) == (trained_checkpoints.steps, last["tokens"]) == (8, 8 * 2048)
     assert summary.loss == (loss[0], loss[-1]) and loss[0][0] == 1 and loss[-1][0] == 8
     rows = {name: lake.table(name).scan().to_arrow().num_rows for name in lake.tables()}
     assert summary.tables == rows
 
     text = _summary_lines(summary)
-    assert f"{run}: 8 steps, {8 * 4096:,} tokens, loss {loss[0][1]:.3f} → {loss[-1][1]:.3f} (step 1 → 8)" in text
+    assert f"{run}: 8 steps, {8 * 2048:,} tokens, loss {loss[0][1]:.3f} → {loss[-1][1]:.3f} (step 1 → 8)" in text
     assert f"{len(rows)} tables, {sum(rows.values()):,} rows" in text
     # the phases and setup are timed apart: setup, each phase, and the pipeline's total
     assert "setup (install)" in text and "1m12s" in text and "1m35s" in text

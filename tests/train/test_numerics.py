@@ -224,9 +224,9 @@ def test_card_shows_mix_length_parameters_and_launch_commands():
     assert card.startswith("# Experiment `smoke`\n\nA tiny model on the default mix")
     assert "| mix | `mix/default@v3` (followed live) |" in card
     assert "| tokenizer | `tokenizer/default@0fed44177d57` (512 tokens) |" in card
-    assert "| length | 120 steps = 491,520 tokens |" in card
+    assert "| length | 120 steps = 245,760 tokens |" in card
     assert f"| model | {plan.parameters / 1e6:.2f} M parameters: d_model 128, 4 layers, 4 heads / 2 kv heads" in card
-    assert "(micro-batch 8 x 1 ranks x 2 accumulation)" in card
+    assert "(micro-batch 4 x 1 ranks x 2 accumulation)" in card
     assert f"| identity hash | `{smoke().identity_hash()}` |" in card
     assert f"`factory experiment submit smoke` (queued in Dagster as run `smoke-{smoke().identity_hash()[:8]}`)" in card
     assert "`python -m factory.train --experiment smoke`" in card
@@ -234,7 +234,7 @@ def test_card_shows_mix_length_parameters_and_launch_commands():
 
 def test_card_of_a_ddp_experiment_shows_ranks_and_replica_checks():
     card = render_card(plan_of(smoke_ddp().derive(replicas={"hash_every": 2, "redundant_dry_run": True})))
-    assert "(micro-batch 8 x 2 ranks x 1 accumulation)" in card
+    assert "(micro-batch 4 x 2 ranks x 1 accumulation)" in card
     assert "| parallelism | 2 process(es), backend auto |" in card
     assert "| replica checks | parameter hashes every 2 steps; redundant gradient dry runs |" in card
 
