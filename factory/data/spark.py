@@ -8,7 +8,11 @@ The session's settings come from one function, `session_conf(profile)`, whatever
   `python`, else this interpreter — so the Python workers of a standalone or Kubernetes cluster
   run the venv that has pyarrow and pandas, not whatever `python3` a worker's PATH finds;
 - loopback masters (`local[*]`, `spark://127.0.0.1:...`): driver host and bind address
-  127.0.0.1 (this machine has no other network; a laptop should not expose a driver) and no UI;
+  127.0.0.1 (this machine has no other network; a laptop should not expose a driver), no UI, and
+  JVMs that compile less (`LOOPBACK_JVM_OPTIONS`: C1 only, serial GC) for the driver and the
+  executors: on one machine the jobs are short and the cores few, and C2's and a parallel
+  collector's threads took more CPU than the jobs (the refine pipeline's test, 8 tests on a 21-file
+  source: 264 s -> 126 s on 2 busy cores);
   other masters get the profile's `driver_host` when it names one;
 - local masters only: `spark.driver.memory`, because there the driver *is* the executor; a
   cluster driver holds only plans and counts;
@@ -25,7 +29,7 @@ from __future__ import annotations
 import os
 import sys
 
-from factory.deploy.config import S3Config, SparkProfile
+from factory.deploy.config import LOOPBACK_JVM_OPTIONS, S3Config, SparkProfile
 
 LOOPBACK = "127.0.0.1"
 DEFAULTS = {
@@ -37,7 +41,8 @@ DEFAULTS = {
     "spark.sql.execution.arrow.maxRecordsPerBatch": "1000",
 }
 LOCAL_DEFAULTS = {"spark.driver.memory": "4g"}
-LOOPBACK_DEFAULTS = {"spark.ui.enabled": "false"}
+LOOPBACK_DEFAULTS = {"spark.ui.enabled": "false", "spark.driver.extraJavaOptions": LOOPBACK_JVM_OPTIONS,
+                     "spark.executor.extraJavaOptions": LOOPBACK_JVM_OPTIONS}
 
 
 def session_conf(profile: SparkProfile, s3: S3Config | None = None) -> dict[str, str]:

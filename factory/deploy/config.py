@@ -137,6 +137,10 @@ class CatalogProfile(_Frozen):
         return props | self.properties
 
 
+# The JVM options of Spark on this machine alone (a local master's driver, a loopback cluster's daemons
+# and executors): the quick C1 compiler only and the serial collector. Their jobs are short and the
+# cores few, and C2's and a parallel collector's threads took more CPU than the jobs themselves.
+LOOPBACK_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 SPARK_MASTER = re.compile(r"^(local(\[(\*|\d+)(,\d+)?\])?|spark://[^/:]+:\d+(,[^/:]+:\d+)*|k8s://.+|yarn)$")
 
 

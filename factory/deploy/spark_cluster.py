@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from factory import settings
+from factory.deploy.config import LOOPBACK_JVM_OPTIONS
 from factory.deploy.servers import Server, ServerError, free_port
 
 HOST = "127.0.0.1"
@@ -100,6 +101,7 @@ def _daemon_env(work_dir: Path, python: str) -> dict[str, str]:
         "SPARK_WORKER_DIR": str(work_dir / "work"),
         "SPARK_LOCAL_DIRS": str(work_dir / "local"),
         "SPARK_DAEMON_MEMORY": DAEMON_MEMORY,
+        "SPARK_DAEMON_JAVA_OPTS": LOOPBACK_JVM_OPTIONS,  # a master and workers on this machine alone
         # executors a worker launches start Python workers with this interpreter unless the
         # application names one (factory.data.spark always does)
         "PYSPARK_PYTHON": python,

@@ -36,7 +36,7 @@ from factory.data.refine.pipeline import EXCLUSIONS_TABLE, run_step
 from factory.data.sources import DirectorySource
 from factory.data.spark import session_conf, spark_session
 from factory.deploy import open_lake
-from factory.deploy.config import S3Config, Secret, SparkProfile
+from factory.deploy.config import LOOPBACK_JVM_OPTIONS, S3Config, Secret, SparkProfile
 from factory.deploy.seaweed import create_warehouse
 from factory.deploy.spark_cluster import start_spark_cluster
 from factory.lake import Lake, LakeError
@@ -66,11 +66,14 @@ def test_a_standalone_master_gets_executor_python_utc_and_a_loopback_driver():
     assert conf["spark.driver.host"] == conf["spark.driver.bindAddress"] == "127.0.0.1"
     assert conf["spark.executor.memory"] == "1g" and "spark.driver.memory" not in conf  # local only
     assert session_conf(SparkProfile(master="local[2]"))["spark.driver.memory"] == "4g"
+    assert conf["spark.driver.extraJavaOptions"] == conf["spark.executor.extraJavaOptions"] == LOOPBACK_JVM_OPTIONS
+    assert session_conf(SparkProfile(master="local[2]"))["spark.driver.extraJavaOptions"] == LOOPBACK_JVM_OPTIONS
 
     remote = session_conf(SparkProfile(master="spark://spark-master:7077", python="/opt/venv/bin/python",
                                        driver_host="10.0.0.5"))
     assert remote["spark.pyspark.python"] == "/opt/venv/bin/python" and remote["spark.driver.host"] == "10.0.0.5"
     assert "spark.driver.bindAddress" not in remote and "spark.ui.enabled" not in remote
+    assert "spark.executor.extraJavaOptions" not in remote  # a real cluster keeps its JVMs as they are
 
     s3a = session_conf(SparkProfile(master="spark://127.0.0.1:7077", object_store="s3a"), s3=s3)
     assert s3a["spark.hadoop.fs.s3a.endpoint"] == "http://127.0.0.1:8333"

@@ -62,8 +62,8 @@ def test_budget_and_bad_params_are_named():
         SweepConfig(name="x", base=smoke(), params={"optimizer.lr": LogUniform(low=1e-3, high=1e-2)})
     with pytest.raises(ValueError, match="random search needs samples"):
         SweepConfig(name="x", base=smoke(), search="random", params={"optimizer.lr": [1e-3]})
-    with pytest.raises(ExperimentError, match=r"cell 0 .*global_batch=12 must be a multiple"):
-        expand(SweepConfig(name="x", base=smoke(), params={"global_batch": [12]}))
+    with pytest.raises(ExperimentError, match=r"cell 0 .*global_batch=10 must be a multiple"):
+        expand(SweepConfig(name="x", base=smoke(), params={"global_batch": [10]}))
     with pytest.raises(ExperimentError, match="cells 0 and 1 are the same experiment"):
         expand(SweepConfig(name="x", base=smoke(), params={"optimizer.lr": [1e-3, 1e-3]}))
 
