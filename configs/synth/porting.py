@@ -13,7 +13,7 @@ def porting() -> PipelineConfig:
     return PipelineConfig(
         name="porting",
         description="Math word problems ported to checked Python programs.",
-        seeds={"function": "factory.synth.porting:word_problems"},
+        seeds={"function": "factory.synth.porting:word_problems", "limit": 1000},  # of 1,500
         stages=[{"name": "port", "output": "program",
                  "generator": {"kind": "function", "function": "factory.synth.porting:port_to_python"}}],
         validators=[

@@ -53,7 +53,7 @@ TEMPLATES = (
 )
 
 
-def word_problems(count: int = 1000, seed: int = 0) -> list[dict]:
+def word_problems(count: int = 1500, seed: int = 0) -> list[dict]:
     """`count` distinct word problems (id, kind, question, quantities, steps, answer), deterministic."""
     rng = random.Random(seed)
     out, seen = [], set()

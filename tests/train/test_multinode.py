@@ -124,7 +124,9 @@ def test_single_node_commands_are_unchanged():
 # -- real runs on loopback -------------------------------------------------------------------------
 
 def experiment(parallel: ParallelConfig):
-    return smoke_ddp().derive(steps=STEPS, checkpoint=CheckpointConfig(every=EVERY, keep_last=5), parallel=parallel)
+    # 16 sequences per step, as these runs were timed with: the kill must land mid-run
+    return smoke_ddp().derive(steps=STEPS, checkpoint=CheckpointConfig(every=EVERY, keep_last=5), parallel=parallel,
+                              global_batch=16, micro_batch=8)
 
 
 def environment(lake: Lake) -> dict[str, str]:
