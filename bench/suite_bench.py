@@ -15,7 +15,10 @@ A process's wall time runs from its plugin's start (after collection's imports) 
 end; its CPU time is its own plus its waited-for children's (`getrusage`), so a server killed and
 reaped counts, a daemon that outlives the process does not. A fixture's time is its setup (a
 session fixture is paid once, by the first test that asks). Server counts come from a process-table
-sampler (every 0.25 s) plus a count of in-process vLLM engines (see tests/suite_timing.py).
+sampler (every 0.25 s) plus a count of in-process vLLM engines (see tests/suite_timing.py). With
+`--run`, a sampler of its own reads every process's CPU time from /proc every 0.5 s and sums it by
+kind of process (`KINDS`: Spark's JVMs, `make demo`, trainers, `dagster dev`, Ray, ...), reaped or
+not: what the pytest processes' figures miss.
 
     .venv/bin/python bench/suite_bench.py --run [--coverage] [--out DIR] [-- COMMAND ...]
     .venv/bin/python bench/suite_bench.py --report DIR [--top 30] [--durations tests/durations.json]
@@ -29,7 +32,9 @@ import json
 import os
 import subprocess
 import sys
+import re
 import tempfile
+import threading
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -77,6 +82,11 @@ def report(directory: Path, top: int) -> None:
             busy, wall, cores = s["run"]["machine_busy"], s["run"]["wall"], s["run"]["cores"]
             print(f"machine: {busy:.0f} core-seconds busy of {wall * cores:.0f} ({cores} cores x wall: "
                   f"{100 * busy / (wall * cores):.0f} %), whatever ran them (the demo lane, servers, daemons included)")
+        if s["run"].get("cpu_by_kind"):
+            kinds = s["run"]["cpu_by_kind"]
+            print(f"CPU by kind of process ({sum(kinds.values()):.0f} s seen by a 0.5 s /proc sampler):")
+            for kind, seconds in kinds.items():
+                print(f"  {seconds:8.0f} s  {kind}")
         if "coverage" in s["run"]:
             print(f"line coverage of {COVERED}: {s['run']['coverage']} %")
     print("\npytest processes (wall from plugin start to session end; CPU = own + reaped children):")
@@ -151,15 +161,85 @@ def _busy_seconds() -> float:
     return (sum(ticks[:8]) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
 
 
+# What a process is, by its command line (the first match): where the machine's CPU went, whatever
+# process reaped it or none did (a JVM, a daemon, an orphan of a killed group).
+KINDS: list[tuple[str, str]] = [
+    ("Spark JVMs (drivers, masters, workers, executors)", r"java .*org\.apache\.spark"),
+    ("other JVMs", r"(^|/)java "),
+    ("Spark Python workers", r"pyspark\.(daemon|worker)"),
+    ("make demo (its Dagster session, runs, trainer, vLLM)", r"factory\.demo|jobs/cli_session\.py"),
+    ("trainer subprocesses (factory.train, torchrun)", r"factory\.train\b|torch\.distributed\.run|torchrun"),
+    ("RL / SFT subprocesses", r"factory\.posttrain"),
+    ("dagster dev: webserver, daemon, code servers", r"dagster(-webserver|-daemon)? |dagster api grpc|dagster code-server"
+     r"|dagster dev|dagster-webserver|dagster-daemon"),
+    ("dagster run and step workers, the dagster CLI", r"dagster (api execute|asset|job|instance)|dagster-graphql"),
+    ("Ray (gcs, raylet, workers)", r"ray/|raylet|gcs_server|default_worker\.py|ray::"),
+    ("SeaweedFS", r"(^|/)weed "),
+    ("PostgreSQL", r"postgres"),
+    ("Prometheus", r"prometheus"),
+    ("Chromium", r"chrom"),
+    ("image build (buildah, podman)", r"buildah|podman|runc|debootstrap"),
+    ("sandbox (bubblewrap)", r"bwrap"),
+    ("the factory CLI", r"bin/factory |factory\.cli"),
+    ("pytest (workers and their in-process work)", r"pytest|xdist|execnet"),
+    ("pip, uv (bench requirements, environment builds)", r"(^|/)(pip|uv)( |$)|-m pip"),
+    ("other Python", r"python"),
+]
+
+
+class CpuByKind(threading.Thread):
+    """Scans /proc every `interval` s and keeps each process's latest user + system time, so a
+    process's CPU counts by its kind (KINDS) whoever reaps it; one that lives less than an interval
+    is missed, which is why the machine's busy time is printed beside the sum."""
+
+    def __init__(self, interval: float = 0.5):
+        super().__init__(daemon=True, name="cpu-by-kind")
+        self.interval, self.stopping = interval, threading.Event()
+        self.tick = os.sysconf("SC_CLK_TCK")
+        self.cpu: dict[tuple[int, int], float] = {}  # (pid, start time) -> seconds so far
+        self.kind: dict[tuple[int, int], str] = {}
+        self.me = os.getpid()
+
+    def scan(self) -> None:
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit() or int(entry.name) == self.me:
+                continue
+            try:
+                fields = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()
+                key = (int(entry.name), int(fields[19]))
+                self.cpu[key] = (int(fields[11]) + int(fields[12])) / self.tick
+                if key not in self.kind:
+                    argv = Path(entry.path, "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                    self.kind[key] = next((k for k, pattern in KINDS if re.search(pattern, argv)), "other")
+            except (OSError, ValueError, IndexError):
+                continue
+
+    def run(self) -> None:
+        while not self.stopping.wait(self.interval):
+            self.scan()
+
+    def totals(self, before: dict) -> dict[str, float]:
+        """CPU seconds by kind since `before` (a copy of `cpu` taken at the start)."""
+        out: Counter = Counter()
+        for key, seconds in self.cpu.items():
+            out[self.kind.get(key, "other")] += seconds - before.get(key, 0.0)
+        return {k: round(v, 1) for k, v in out.most_common() if v >= 0.05}
+
+
 def run(out: Path, command: list[str], top: int, coverage: bool = False) -> int:
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, FACTORY_SUITE_TIMING=str(out))
     if coverage:  # make's PYTEST_ARGS, not PYTEST_ADDOPTS: that would reach the pytest runs tests start
         command = [*command, f"PYTEST_ARGS=--cov --cov-config={coverage_rc(out)} --cov-report="]
+    sampler = CpuByKind()
+    sampler.scan()
+    before = dict(sampler.cpu)
+    sampler.start()
     start, busy = time.time(), _busy_seconds()
     code = subprocess.call(command, cwd=CHECKOUT, env=env)
+    sampler.stopping.set()
     record = {"command": " ".join(command), "wall": time.time() - start, "exit": code,
-              "machine_busy": _busy_seconds() - busy, "cores": os.cpu_count()}
+              "machine_busy": _busy_seconds() - busy, "cores": os.cpu_count(), "cpu_by_kind": sampler.totals(before)}
     if coverage:
         record["coverage"] = coverage_total(out)
     (out / "run.json").write_text(json.dumps(record))
