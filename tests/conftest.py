@@ -111,6 +111,7 @@ def pytest_configure(config):
 TIERS = ("check", "loopback", "spark", "rest", "slow", "gpu")
 # Session fixtures too costly to build once per xdist worker: the tests that use one run on one worker.
 ONE_PER_RUN = ("demo_home",)
+READS = "-reads"  # the group of a ONE_PER_RUN fixture's tests marked demo_reads (see _demo_made_elsewhere)
 # Each test file's seconds in a measured run (bench/suite_bench.py --durations): the longest groups go
 # first, so that a lane's workers end together instead of one starting `make demo` last (longest
 # processing time first; the lanes run with --no-loadscope-reorder, which keeps this order). A file
@@ -135,6 +136,8 @@ def pytest_collection_modifyitems(config, items):
         tiers = sorted({m.name for m in item.iter_markers() if m.name in TIERS})
         if getattr(config.option, "loadgroup", False):  # an xdist worker under `--dist loadgroup`
             home = next((f for f in ONE_PER_RUN if f in item.fixturenames), None)
+            if home and item.get_closest_marker("demo_reads") and _demo_made_elsewhere():
+                home += READS  # reads of a home no worker makes: a second worker runs them beside the rest
             groups[item] = home or item.nodeid.split("::")[0]
             _group(item, groups[item])
         if not tiers:
@@ -148,11 +151,18 @@ def pytest_collection_modifyitems(config, items):
                                 + "\n  ".join(twice))
 
 
+def _demo_made_elsewhere() -> bool:
+    """The demo home comes from the demo lane or a finished home (tests/integration/conftest.py):
+    the demo_home fixture only waits for it, so two workers may use it without a second `make demo`."""
+    return bool(os.environ.get("FACTORY_TEST_DEMO_RUN") or os.environ.get("FACTORY_TEST_DEMO_HOME"))
+
+
 def _longest_first(items: list, groups: dict) -> None:
     seconds = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
     weight: dict[str, float] = {}
     for group, file in {(groups[item], item.nodeid.split("::")[0]) for item in items}:
-        weight[group] = weight.get(group, 0.0) + seconds.get(file, 0.0)
+        # the demo home's reads wait for the demo lane anyway: last, for the first worker to drain
+        weight[group] = 0.0 if group.endswith(READS) else weight.get(group, 0.0) + seconds.get(file, 0.0)
     items.sort(key=lambda item: -weight[groups[item]])
 
 

@@ -111,6 +111,11 @@ MAKE_DRY_RUN: dict[str, tuple[str, str | None]] = {
 }
 # Scratch FACTORY_HOME instead of the demo's (the command writes what the demo's sensors would see).
 SCRATCH = re.compile(r"factory ingest\b")
+# Commands that only read the demo home, or write a scratch FACTORY_HOME or directory of their own.
+READS = re.compile(r"factory (tables|drops|sql|lineage|evals|mix (show|peek)|sweep (list|show|results)|envs builds|"
+                   r"deploy (list|show|check|render)|ingest)\b|-m factory\.health\.dashboards\b")
+# ... and what writes, or reads what a write of the docs makes (`sweeps.results`, from `--write`)
+WRITES = re.compile(r"--write\b|sweeps\.results")
 # Outcomes beyond exit 0: a regex the output must match (`{run}`: the smoke run's id).
 OUTCOMES: list[tuple[str, str]] = [
     (r"factory evals --run smoke\b", r"pass@1"),
@@ -206,6 +211,14 @@ def is_serve(command: str) -> bool:
     return re.search(r"factory serve\s", command) is not None
 
 
+def reads(command: str) -> bool:
+    """A command that writes nothing to the demo home and reads nothing another one writes (READS, and
+    not WRITES): under `make test` these run on a second worker beside the others (the `demo_reads`
+    marker, tests/conftest.py); whatever writes, and `factory doctor` (which would see a commit
+    half-way), stays on the first, in order."""
+    return bool(READS.search(command)) and not WRITES.search(command)
+
+
 def _runnable(command: str) -> bool:
     return not (elsewhere(command) or make_target(command) or is_serve(command))
 
@@ -295,7 +308,8 @@ def test_every_command_not_run_here_names_a_test_that_exists():
     print("\n".join(f"not run here: {c}  ->  {t[0]} ({t[1]})" for c, t in skipped.items()))
 
 
-@pytest.mark.parametrize("where, command", [d for d in DOCUMENTED if _runnable(d[1])],
+@pytest.mark.parametrize("where, command", [pytest.param(*d, marks=[pytest.mark.demo_reads] if reads(d[1]) else [])
+                                            for d in DOCUMENTED if _runnable(d[1])],
                          ids=[d[1][:80] for d in DOCUMENTED if _runnable(d[1])])
 def test_a_documented_command_runs_on_the_demo_home(where, command, demo, tmp_path):
     env = dict(demo["env"])
