@@ -181,7 +181,8 @@ KINDS: list[tuple[str, str]] = [
     ("image build (buildah, podman)", r"buildah|podman|runc|debootstrap"),
     ("sandbox (bubblewrap)", r"bwrap"),
     ("the factory CLI", r"bin/factory |factory\.cli"),
-    ("pytest (workers and their in-process work)", r"pytest|xdist|execnet"),
+    # an xdist worker is `python -c "import sys;exec(eval(sys.stdin.readline()))"` (execnet)
+    ("pytest (workers and their in-process work)", r"pytest|xdist|execnet|exec\(eval\(sys\.stdin"),
     ("pip, uv (bench requirements, environment builds)", r"(^|/)(pip|uv)( |$)|-m pip"),
     ("other Python", r"python"),
 ]
