@@ -169,6 +169,11 @@ class TaskEngine:
         """PIDs of the local Ray instance's processes (gcs, raylet, agents, workers); [] when not ours."""
         return ray_processes() if self._owns_ray else []
 
+    @property
+    def closed(self) -> bool:
+        """True once `close` ran: the engine serves nothing more."""
+        return self._closed
+
     def close(self) -> None:
         """Commit what finished, cancel what did not (its waiters get EngineError), stop Ray if ours."""
         if self._closed:

@@ -96,7 +96,9 @@ def test_chat_battle_vote_leaderboard_and_datasets_in_chromium(podium_lake, podi
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
 
-    config = podium_config()
+    # one page holds every battle: the session's lake also holds the battles other Podium tests
+    # wrote, before this one's when a shuffled order runs them first
+    config = podium_config(page_size=1000)
     served = Served(create_app(config, podium_lake, HostileBackend()), free_port)
     try:
         b = browser
