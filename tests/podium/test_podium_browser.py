@@ -9,6 +9,7 @@ import shutil
 import threading
 import time
 from pathlib import Path
+from urllib.parse import urlencode
 
 import pytest
 import uvicorn
@@ -96,9 +97,7 @@ def test_chat_battle_vote_leaderboard_and_datasets_in_chromium(podium_lake, podi
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
 
-    # one page holds every battle: the session's lake also holds the battles other Podium tests
-    # wrote, before this one's when a shuffled order runs them first
-    config = podium_config(page_size=1000)
+    config = podium_config()
     served = Served(create_app(config, podium_lake, HostileBackend()), free_port)
     try:
         b = browser
@@ -162,6 +161,10 @@ def test_chat_battle_vote_leaderboard_and_datasets_in_chromium(podium_lake, podi
         table_rows = b.find_elements(By.CSS_SELECTOR, "#rows tbody tr")
         kind_col = [h.text for h in b.find_elements(By.CSS_SELECTOR, "#rows thead th")].index("kind")
         assert table_rows and {r.find_elements(By.TAG_NAME, "td")[kind_col].text for r in table_rows} == {"battle"}
+        # this test's battle rows (the session's lake also holds other Podium tests' battles, first
+        # when they ran before this one): filtered by its prompt too, the hostile answer shows as text
+        b.get(f"{served.url}/datasets/{CONVERSATIONS}?" + urlencode([("column", "kind"), ("value", "battle"),
+                                                                      ("column", "prompt"), ("value", "import os\n")]))
         assert "<script>document.title='pwned'</script>" in b.find_element(By.ID, "rows").text
         assert b.title != "pwned" and b.find_elements(By.ID, "bold") == []
         shot(b, "datasets-filtered")
